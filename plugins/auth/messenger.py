@@ -1,0 +1,71 @@
+"""Telegram WebApp ``initData`` validation, as Telegram publishes it.
+
+secret_key = HMAC-SHA256(key="WebAppData", msg=bot_token); the expected hash is
+HMAC-SHA256(key=secret_key, msg=data_check_string), where the data-check string is every
+received field but ``hash``, sorted by key, as ``key=value`` joined by newlines. The
+comparison is constant-time and ``auth_date`` must be recent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+from plugins.auth.errors import TelegramInvalid
+
+
+@dataclass(frozen=True)
+class MessengerIdentity:
+    id: int
+    username: str | None
+    first_name: str | None
+    last_name: str | None
+
+    def public(self) -> dict[str, Any]:
+        """The ``user.messenger`` object (see docs/auth.md)."""
+        return {"id": str(self.id), "username": self.username,
+                "firstName": self.first_name, "lastName": self.last_name}
+
+    def display_name(self) -> str:
+        name = " ".join(part for part in (self.first_name, self.last_name) if part)
+        return (name or self.username or f"user {self.id}")[:64]
+
+
+def data_check_string(fields: dict[str, str]) -> str:
+    return "\n".join(f"{key}={fields[key]}" for key in sorted(fields) if key != "hash")
+
+
+def init_data_hash(fields: dict[str, str], bot_token: str) -> str:
+    secret_key = hmac.new(b"WebAppData", bot_token.encode(), hashlib.sha256).digest()
+    return hmac.new(secret_key, data_check_string(fields).encode(), hashlib.sha256).hexdigest()
+
+
+def validate_init_data(init_data: str, bot_token: str, max_age_seconds: int,
+                       now: float | None = None) -> MessengerIdentity:
+    """The identity in ``init_data``.
+
+    :raises TelegramInvalid: no bot token is configured, the hash does not match, the
+        data is older than ``max_age_seconds`` or carries no user.
+    """
+    if not bot_token:
+        raise TelegramInvalid("messaging-platform login is not configured on this service")
+    fields = dict(parse_qsl(init_data, keep_blank_values=True))
+    received = fields.get("hash", "")
+    if not received or not hmac.compare_digest(init_data_hash(fields, bot_token), received):
+        raise TelegramInvalid("initData hash does not match")
+    try:
+        auth_date = int(fields["auth_date"])
+        user = json.loads(fields["user"])
+        identity = MessengerIdentity(id=int(user["id"]), username=user.get("username"),
+                                     first_name=user.get("first_name"),
+                                     last_name=user.get("last_name"))
+    except (KeyError, ValueError, TypeError):
+        raise TelegramInvalid("initData has no valid user or auth_date") from None
+    if (now if now is not None else time.time()) - auth_date > max_age_seconds:
+        raise TelegramInvalid("initData is too old; open the app again")
+    return identity

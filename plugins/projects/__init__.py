@@ -1,0 +1,1 @@
+"""Projects: tokens, projects, agent runs and the live build stream."""

@@ -1,0 +1,205 @@
+"""One project's git workspace: safe file access, real commits and archives.
+
+Every project owns one directory that is its own git repository. Agent tools reach
+files only through :class:`Workspace`, which refuses any path that could land outside
+that directory, and git always runs as a subprocess through ``trio.run_process`` so the
+trio thread never blocks.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import subprocess
+from pathlib import Path, PurePosixPath
+
+import trio
+
+from runtime.agents import CommitInfo
+
+GIT_USER_NAME = "flowsvc agent"
+GIT_USER_EMAIL = "agent@flowsvc.invalid"
+
+# Agent-written content must never execute on commit, and a host's global or system
+# git config (signing, hooks, templates) must not change what a commit does.
+_GIT_ENV_OVERRIDES = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "LC_ALL": "C",
+}
+_GIT_SAFETY_OPTIONS = ("-c", f"core.hooksPath={os.devnull}", "-c", "commit.gpgsign=false")
+
+
+class WorkspaceError(Exception):
+    """Raised when a workspace operation is refused or fails.
+
+    The message is meant to be shown to the model and to the project owner: it names
+    the offending path or the git failure, never anything outside the workspace.
+    """
+
+
+class Workspace:
+    """A project's git repository rooted at ``root``.
+
+    The directory and its repository are created on first use (``git init`` with a
+    fixed local identity, so commits work on a machine without any git config). The
+    workspace owns nothing but files under ``root``.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    async def ensure_repository(self) -> None:
+        """Create the directory and initialise the repository if that has not happened yet.
+
+        :raises WorkspaceError: when git cannot initialise the repository.
+        """
+        if await trio.Path(self.root / ".git").is_dir():
+            return
+        await trio.Path(self.root).mkdir(parents=True, exist_ok=True)
+        await self._git("init", "--quiet", "--initial-branch=main")
+        await self._git("config", "user.name", GIT_USER_NAME)
+        await self._git("config", "user.email", GIT_USER_EMAIL)
+
+    def resolve(self, relative_path: str) -> Path:
+        """Return the absolute path of ``relative_path`` inside the workspace.
+
+        :raises WorkspaceError: for an empty or absolute path, a ``..`` component, a
+            path inside ``.git``, or a path that resolves outside the workspace
+            through a symlink.
+        """
+        if not relative_path.strip():
+            raise WorkspaceError("path is empty")
+        if "\0" in relative_path:
+            raise WorkspaceError("path contains a NUL character")
+        pure = PurePosixPath(relative_path)
+        if pure.is_absolute():
+            raise WorkspaceError(f"path {relative_path!r} is absolute; use a path relative "
+                                 "to the workspace")
+        if ".." in pure.parts:
+            raise WorkspaceError(f"path {relative_path!r} leaves the workspace ('..' is refused)")
+        if ".git" in pure.parts:
+            raise WorkspaceError(f"path {relative_path!r} touches .git, which tools may not")
+        root = self.root.resolve()
+        candidate = (root / pure).resolve()
+        if not candidate.is_relative_to(root):
+            raise WorkspaceError(f"path {relative_path!r} resolves outside the workspace "
+                                 "through a symlink")
+        if candidate == root:
+            raise WorkspaceError(f"path {relative_path!r} names the workspace itself, not a file")
+        return candidate
+
+    async def write_file(self, relative_path: str, content: str) -> int:
+        """Write ``content`` (UTF-8) to ``relative_path``, creating parent directories.
+
+        :return: the number of bytes written.
+        :raises WorkspaceError: when the path is refused or names a directory.
+        """
+        await self.ensure_repository()
+        target = trio.Path(self.resolve(relative_path))
+        if await target.is_dir():
+            raise WorkspaceError(f"path {relative_path!r} is a directory")
+        await target.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode("utf-8")
+        await target.write_bytes(data)
+        return len(data)
+
+    async def read_file(self, relative_path: str, max_bytes: int = 65536) -> tuple[str, bool]:
+        """Read ``relative_path`` as UTF-8 text, at most ``max_bytes`` of it.
+
+        :return: the text and whether it was truncated.
+        :raises WorkspaceError: when the path is refused, missing, a directory or not text.
+        """
+        target = trio.Path(self.resolve(relative_path))
+        if not await target.is_file():
+            raise WorkspaceError(f"file {relative_path!r} does not exist")
+        async with await target.open("rb") as stream:
+            data = await stream.read(max_bytes + 1)
+        truncated = len(data) > max_bytes
+        # A cut can split a multi-byte character: a non-final decode keeps that tail
+        # out of the text instead of reporting the file as binary.
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        try:
+            text = decoder.decode(data[:max_bytes], final=not truncated)
+        except UnicodeDecodeError as exc:
+            raise WorkspaceError(f"file {relative_path!r} is not UTF-8 text") from exc
+        return text, truncated
+
+    async def list_files(self) -> list[str]:
+        """Return every file under the workspace (not ``.git``) as sorted POSIX paths."""
+        await self.ensure_repository()
+        return await trio.to_thread.run_sync(self._walk_files)
+
+    def _walk_files(self) -> list[str]:
+        found: list[str] = []
+        for directory, subdirectories, files in os.walk(self.root, followlinks=False):
+            subdirectories[:] = [name for name in subdirectories if name != ".git"]
+            base = Path(directory).relative_to(self.root)
+            found.extend((base / name).as_posix() for name in files)
+        return sorted(found)
+
+    async def commit(self, message: str) -> CommitInfo:
+        """Stage every change and commit it with ``message``.
+
+        :return: the new commit's sha, message and the files it changed.
+        :raises WorkspaceError: when the message is empty, there is nothing to commit
+            or git fails.
+        """
+        if not message.strip():
+            raise WorkspaceError("commit message is empty")
+        await self.ensure_repository()
+        await self._git("add", "--all")
+        staged = await self._git("diff", "--cached", "--name-only", "-z")
+        if not staged:
+            raise WorkspaceError("nothing to commit: no file changed since the last commit")
+        await self._git("commit", "--quiet", "--no-verify", "--file=-", stdin=message.encode())
+        sha = (await self._git("rev-parse", "HEAD")).strip()
+        changed = await self._git("diff-tree", "--no-commit-id", "--name-only", "-r", "-z",
+                                  "--root", "HEAD")
+        files = [name for name in changed.split("\0") if name]
+        return CommitInfo(sha=sha, message=message, files=files)
+
+    async def archive(self, destination: Path) -> Path:
+        """Write the committed tree of HEAD to ``destination`` as a zip or a .tar.gz.
+
+        The format follows the file name: ``.zip`` gives a zip, anything else a gzipped
+        tar. Only tracked, committed files are included.
+
+        :raises WorkspaceError: when nothing has been committed yet or git fails.
+        """
+        await self.ensure_repository()
+        if not await self._has_commits():
+            raise WorkspaceError("nothing to archive: the workspace has no commits yet")
+        archive_format = "zip" if destination.suffix == ".zip" else "tar.gz"
+        target = await trio.Path(destination).resolve()
+        await target.parent.mkdir(parents=True, exist_ok=True)
+        await self._git("archive", f"--format={archive_format}", f"--output={target}", "HEAD")
+        return destination
+
+    async def _has_commits(self) -> bool:
+        result = await self._run_git("rev-parse", "--verify", "--quiet", "HEAD")
+        return result.returncode == 0
+
+    async def _git(self, *arguments: str, stdin: bytes = b"") -> str:
+        """Run one git command in the workspace and return its standard output.
+
+        :raises WorkspaceError: when git exits with a non-zero status.
+        """
+        result = await self._run_git(*arguments, stdin=stdin)
+        if result.returncode != 0:
+            detail = result.stderr.decode("utf-8", "replace").strip() or "no output"
+            raise WorkspaceError(f"git {arguments[0]} failed: {detail}")
+        return result.stdout.decode("utf-8", "replace")
+
+    async def _run_git(
+        self, *arguments: str, stdin: bytes = b""
+    ) -> subprocess.CompletedProcess[bytes]:
+        return await trio.run_process(
+            ["git", *_GIT_SAFETY_OPTIONS, *arguments], cwd=self.root, env=_git_environment(),
+            stdin=stdin, capture_stdout=True, capture_stderr=True, check=False)
+
+
+def _git_environment() -> dict[str, str]:
+    return {**os.environ, **_GIT_ENV_OVERRIDES}
+

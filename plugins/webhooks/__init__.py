@@ -1,0 +1,1 @@
+"""Webhooks: signed, retried outbound deliveries of account events."""

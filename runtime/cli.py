@@ -1,0 +1,158 @@
+"""The ``flowsvc`` command: serve, migrate, plugins, and the operator commands plugins add."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from runtime.config import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from quart import Blueprint
+
+    from runtime.service import Service
+
+DEFAULT_CONFIG = Path("config.toml")
+
+
+@dataclass(frozen=True)
+class Command:
+    """An operator command added by a plugin through ``flowsvc_commands``.
+
+    :param name: the sub-command (``access-codes``).
+    :param help: one line for ``flowsvc --help``.
+    :param add_arguments: adds its arguments (and sub-commands) to its parser.
+    :param run: does the work on an open service (no actors, no HTTP); returns the exit code.
+    """
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[Service, argparse.Namespace], Awaitable[int]]
+
+
+def _config_path(raw: str | None) -> Path | None:
+    if raw:
+        return Path(raw)
+    return DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None
+
+
+def _setup_logging(settings: Settings) -> None:
+    logging.basicConfig(level=settings.service.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # Alembic narrates every plugin it loads at INFO; upgrades are still logged at WARNING+.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+async def _migrate(settings: Settings) -> int:
+    from runtime.service import open_service
+
+    async with open_service(settings, migrate=True):
+        pass
+    print("migrations applied")
+    return 0
+
+
+async def _plugins(settings: Settings) -> int:
+    from runtime.hookspecs import describe_hooks
+    from runtime.service import open_service
+
+    hooks = describe_hooks()
+    async with open_service(settings, migrate=False) as service:
+        for name, plugin in service.pm.list_name_plugin():
+            implemented = sorted(caller.name for caller in service.pm.get_hookcallers(plugin) or []
+                                 if caller.name in hooks)
+            print(f"{name}: {getattr(plugin, '__name__', type(plugin).__name__)}")
+            print(f"  hooks: {', '.join(implemented) or '-'}")
+            actors = getattr(plugin, "flowsvc_actors", None)
+            if actors is not None:
+                print(f"  actors: {', '.join(spec.name for spec in actors(service=service) or [])}")
+            blueprints = getattr(plugin, "flowsvc_blueprints", None)
+            for blueprint in (blueprints(service=service) or []) if blueprints else []:
+                print(f"  routes ({blueprint.name}):")
+                for rule in sorted(_blueprint_rules(blueprint)):
+                    print(f"    {rule}")
+    return 0
+
+
+def _blueprint_rules(blueprint: Blueprint) -> list[str]:
+    from quart import Quart
+
+    app = Quart("introspection")
+    app.register_blueprint(blueprint)
+    return [f"{' '.join(sorted((rule.methods or set()) - {'HEAD', 'OPTIONS'}))} {rule.rule}"
+            for rule in app.url_map.iter_rules() if rule.endpoint != "static"]
+
+
+def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flowsvc", description=__doc__)
+    parser.add_argument("--config", help="path of config.toml (default: ./config.toml if present)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve HTTP and run the actors")
+    serve.add_argument("--bind", help="HOST:PORT (default from [service] bind)")
+    serve.add_argument("--workers", type=int, help="service processes (more than 1 needs Redis)")
+    sub.add_parser("migrate", help="apply database migrations of every enabled plugin")
+    sub.add_parser("plugins", help="list enabled plugins with their hooks, actors and routes")
+    for command in commands:
+        command.add_arguments(sub.add_parser(command.name, help=command.help))
+    return parser
+
+
+def _plugin_commands(settings: Settings) -> list[Command]:
+    from runtime.plugins import get_plugin_manager
+
+    manager = get_plugin_manager(settings.plugins.enabled)
+    return [command for commands in manager.hook.flowsvc_commands() for command in commands or []]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    try:
+        settings = load_settings(_config_path(known.config))
+        commands = _plugin_commands(settings)
+        args = build_parser(commands).parse_args(argv)
+        _setup_logging(settings)
+        return _dispatch(settings, args, commands)
+    except ConfigError as exc:
+        print(f"flowsvc: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(settings: Settings, args: argparse.Namespace, commands: list[Command]) -> int:
+    from runtime.server import run_server, serve_workers
+
+    if args.command == "serve":
+        workers = args.workers or settings.service.workers
+        bind = args.bind or settings.service.bind
+        if workers > 1:
+            trio.run(_migrate, settings)
+            return serve_workers(settings, args.config, bind, workers)
+        return trio.run(partial(run_server, settings, bind=bind))
+    if args.command == "migrate":
+        return trio.run(_migrate, settings)
+    if args.command == "plugins":
+        return trio.run(_plugins, settings)
+    command = next(c for c in commands if c.name == args.command)
+    return trio.run(_run_command, settings, command, args)
+
+
+async def _run_command(settings: Settings, command: Command, args: argparse.Namespace) -> int:
+    from runtime.service import open_service
+
+    async with open_service(settings) as service:
+        return await command.run(service, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

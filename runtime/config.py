@@ -1,0 +1,219 @@
+"""Settings: ``config.toml`` read once, overridden from the environment, validated at start.
+
+Every key lives in a frozen pydantic model that forbids unknown keys, so a misspelt key
+stops the start with a message naming it (hypercorn's ``Config.from_mapping`` silently
+ignores one; we do not). Every key ``[section] key`` can be overridden by the
+environment variable ``FLOWSVC_SECTION_KEY`` (``[plugins.auth] bot_token`` by
+``FLOWSVC_PLUGINS_AUTH_BOT_TOKEN``). ``docs/configuration.md`` documents every key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tomllib
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ENV_PREFIX = "FLOWSVC"
+
+
+class ConfigError(Exception):
+    """Raised when the configuration cannot be read or a key or value is wrong."""
+
+
+class Section(BaseModel):
+    """Base of every settings table: frozen, and unknown keys are an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServiceSettings(Section):
+    bind: str = "127.0.0.1:8000"
+    workers: int = Field(1, ge=1, le=64)
+    public_url: str = "http://127.0.0.1:8000"
+    var_dir: Path = Path("var")
+    max_body_bytes: int = Field(1_048_576, ge=1024)
+    shutdown_grace_seconds: float = Field(10.0, ge=0)
+    db_threads: int = Field(4, ge=1, le=64)
+    trusted_proxies: list[str] = []
+    cookie_secure: bool = True
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class DatabaseSettings(Section):
+    url: str = ""
+    migrate_on_start: bool = True
+
+
+class RedisSettings(Section):
+    url: str = ""
+    prefix: str = Field("flowsvc:", min_length=1, max_length=64)
+
+
+class JwtSettings(Section):
+    secret: str = ""
+    session_days: int = Field(30, ge=1)
+    rotate_after_hours: float = Field(24.0, gt=0)
+
+
+class InternalSettings(Section):
+    token: str = ""
+
+
+class SupervisorSettings(Section):
+    max_restarts: int = Field(5, ge=0)
+    within_seconds: float = Field(30.0, gt=0)
+    backoff_initial_seconds: float = Field(0.1, ge=0)
+    backoff_max_seconds: float = Field(5.0, ge=0)
+
+
+class LimitsSettings(Section):
+    anonymous_rpm: int = Field(30, ge=0)
+    authenticated_rpm: int = Field(240, ge=0)
+    internal_rpm: int = Field(1000, ge=0)
+    idempotency_hours: float = Field(24.0, gt=0)
+
+
+class PluginsSettings(Section):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    enabled: list[str] = ["auth"]
+
+
+class Settings(Section):
+    """The core settings; plugin tables are validated separately by their own models."""
+
+    service: ServiceSettings = ServiceSettings()
+    database: DatabaseSettings = DatabaseSettings()
+    redis: RedisSettings = RedisSettings()
+    jwt: JwtSettings = JwtSettings()
+    internal: InternalSettings = InternalSettings()
+    supervisor: SupervisorSettings = SupervisorSettings()
+    limits: LimitsSettings = LimitsSettings()
+    pricing: dict[str, Decimal] = {}
+    plugins: PluginsSettings = PluginsSettings()
+
+    @property
+    def database_url(self) -> str:
+        """The SQLAlchemy URL; empty in config means SQLite under ``var_dir``."""
+        return self.database.url or f"sqlite:///{self.service.var_dir / 'flowsvc.db'}"
+
+    @property
+    def embedded(self) -> bool:
+        """True when running on SQLite with in-process shared state (one process)."""
+        return not self.redis.url and self.database_url.startswith("sqlite")
+
+    def plugin_table(self, name: str) -> dict[str, Any]:
+        """The raw ``[plugins.<name>]`` table, for the plugin's own model to validate."""
+        table = (self.plugins.model_extra or {}).get(name, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"[plugins.{name}] must be a table")
+        return table
+
+
+def _env_value(raw: str) -> Any:
+    """Environment values are strings; lists and tables may be given as JSON."""
+    stripped = raw.strip()
+    if stripped.startswith(("[", "{")):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"environment value {raw!r} is not valid JSON: {exc}") from exc
+    return raw
+
+
+def apply_env(model: type[BaseModel], table: dict[str, Any], path: tuple[str, ...],
+              environ: Mapping[str, str]) -> dict[str, Any]:
+    """Overlay ``FLOWSVC_<PATH>_<KEY>`` environment variables on ``table`` for ``model``."""
+    merged = dict(table)
+    for name, field in model.model_fields.items():
+        key_path = (*path, name)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            sub = merged.get(name, {})
+            if isinstance(sub, dict):
+                merged[name] = apply_env(annotation, sub, key_path, environ)
+            continue
+        env_name = "_".join((ENV_PREFIX, *key_path)).upper()
+        if env_name in environ:
+            value = _env_value(environ[env_name])
+            if name == "enabled" and isinstance(value, str):
+                value = [item.strip() for item in value.split(",") if item.strip()]
+            merged[name] = value
+    return merged
+
+
+def _format_validation_error(where: str, exc: ValidationError) -> str:
+    lines = [f"invalid configuration in {where}:"]
+    for error in exc.errors():
+        location = ".".join(str(part) for part in error["loc"])
+        lines.append(f"  {location}: {error['msg']}")
+    return "\n".join(lines)
+
+
+def validate_section(model: type[Section], table: dict[str, Any], path: tuple[str, ...],
+                     environ: Mapping[str, str], where: str) -> Section:
+    """Validate one table (with env overrides) or raise ``ConfigError`` naming the key."""
+    try:
+        return model.model_validate(apply_env(model, table, path, environ))
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(where, exc)) from None
+
+
+def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read ``path`` (or no file: defaults), apply the environment and validate.
+
+    :raises ConfigError: the file is unreadable, or a key or value is wrong.
+    """
+    environ = os.environ if environ is None else environ
+    table: dict[str, Any] = {}
+    if path is not None:
+        try:
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+    settings = validate_section(Settings, table, (), environ, str(path or "defaults"))
+    assert isinstance(settings, Settings)
+    return _with_secrets(settings)
+
+
+def _with_secrets(settings: Settings) -> Settings:
+    """Fill empty secrets: generated once under ``var/`` in the embedded default.
+
+    Several processes must share one JWT secret and one internal token, so outside
+    the embedded default an empty secret is a configuration error, not a guess.
+    """
+    missing = {
+        name: section for name, section in (("jwt", settings.jwt), ("internal", settings.internal))
+        if not getattr(section, "secret" if name == "jwt" else "token")
+    }
+    if not missing:
+        return settings
+    if not settings.database_url.startswith("sqlite"):
+        names = ", ".join(f"FLOWSVC_{name.upper()}_{'SECRET' if name == 'jwt' else 'TOKEN'}"
+                          for name in missing)
+        raise ConfigError(f"set {names}: secrets are generated only in the embedded default")
+    stored = _stored_secrets(settings.service.var_dir)
+    jwt = settings.jwt.model_copy(update={"secret": settings.jwt.secret or stored["jwt_secret"]})
+    internal = settings.internal.model_copy(
+        update={"token": settings.internal.token or stored["internal_token"]})
+    return settings.model_copy(update={"jwt": jwt, "internal": internal})
+
+
+def _stored_secrets(var_dir: Path) -> dict[str, str]:
+    """Secrets kept in ``var/secrets.json`` (mode 0600), created on first use."""
+    path = var_dir / "secrets.json"
+    if path.exists():
+        stored: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
+        return stored
+    var_dir.mkdir(parents=True, exist_ok=True)
+    stored = {"jwt_secret": secrets.token_hex(32), "internal_token": secrets.token_hex(32)}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(stored, handle)
+    return stored

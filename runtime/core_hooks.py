@@ -1,0 +1,68 @@
+"""The core's own hook implementations, registered before any plugin and never disabled.
+
+They give the core tables and migrations, authenticate internal callers, price routes
+from ``[pricing]`` and run the housekeeping actor that purges expired idempotency keys.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from pathlib import Path
+from typing import Any
+
+import trio
+from sqlalchemy import MetaData
+
+from runtime.actors import ActorSpec, Mailbox
+from runtime.hookspecs import hookimpl
+from runtime.idempotency import purge_expired
+from runtime.principal import Credentials, Principal
+from runtime.service import Service
+from runtime.users import metadata
+from runtime.wire import MICRO
+
+log = logging.getLogger("flowsvc.core")
+PURGE_INTERVAL_SECONDS = 3600.0
+
+
+@hookimpl
+def flowsvc_tables() -> MetaData:
+    return metadata
+
+
+@hookimpl
+def flowsvc_migrations() -> Path:
+    return Path(__file__).parent / "migrations" / "versions"
+
+
+@hookimpl
+def flowsvc_authenticate(service: Service, credentials: Credentials) -> Principal | None:
+    """Internal callers send ``Authorization: Bearer <internal.token>``."""
+    token = service.settings.internal.token
+    if credentials.api_key is None and credentials.bearer is not None and \
+            hmac.compare_digest(credentials.bearer.encode(), token.encode()):
+        return Principal(user_id=0, address=None, via="internal")
+    return None
+
+
+@hookimpl
+def flowsvc_request_cost(service: Service, route: str, method: str) -> int | None:
+    """``[pricing]`` maps ``"METHOD /route/<template>"`` or ``"/route/<template>"`` to FLOW."""
+    pricing = service.settings.pricing
+    price = pricing.get(f"{method} {route}", pricing.get(route))
+    return None if price is None else int(price * MICRO)
+
+
+@hookimpl
+def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    async def housekeeper(mailbox: Mailbox, *,
+                          task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            purged = await service.db.write(purge_expired)
+            if purged:
+                log.info("purged %d expired idempotency keys", purged)
+            await trio.sleep(PURGE_INTERVAL_SECONDS)
+
+    return [ActorSpec(name="core.housekeeper", run=housekeeper)]

@@ -1,0 +1,138 @@
+"""The one error hierarchy of flowsvc.
+
+Every error a client can see is a ``ServiceError`` subclass with an HTTP status and a
+stable snake_case ``code``; the HTTP front end renders it as
+``{"error": {"code", "message"}}``. Plugins subclass these (or ``ServiceError``
+directly) for their own codes; ``docs/errors.md`` lists every code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServiceError(Exception):
+    """Base of every error answered to a client.
+
+    :param message: a sentence for humans; never contains a secret.
+    :param details: optional structured details (``invalid_request`` uses a list of
+        ``{field, message}``).
+    :param headers: extra response headers (``Retry-After`` for 429).
+    """
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of the error response."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            error["details"] = self.details
+        return {"error": error}
+
+
+class InvalidRequest(ServiceError):
+    """Raised when input fails validation; ``details`` names each bad field."""
+
+    status = 400
+    code = "invalid_request"
+
+
+class Unauthenticated(ServiceError):
+    """Raised when a route needs a caller and no valid credential came with the request."""
+
+    status = 401
+    code = "unauthenticated"
+
+
+class Forbidden(ServiceError):
+    """Raised when a valid caller lacks the right to do this."""
+
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(ServiceError):
+    """Raised for what does not exist or may not be seen by this caller."""
+
+    status = 404
+    code = "not_found"
+
+
+class MethodNotAllowed(ServiceError):
+    """Raised when the path exists but not with this method."""
+
+    status = 405
+    code = "method_not_allowed"
+
+
+class Conflict(ServiceError):
+    """Raised when the request conflicts with the current state of a resource."""
+
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(ServiceError):
+    """Raised when the request body is over ``service.max_body_bytes``."""
+
+    status = 413
+    code = "payload_too_large"
+
+
+class IdempotencyKeyReused(ServiceError):
+    """Raised when an ``Idempotency-Key`` is repeated with a different request."""
+
+    status = 422
+    code = "idempotency_key_reused"
+
+
+class IdempotencyInProgress(ServiceError):
+    """Raised when an ``Idempotency-Key`` is repeated while its first request still runs."""
+
+    status = 409
+    code = "idempotency_in_progress"
+
+
+class RateLimited(ServiceError):
+    """Raised when a request bucket is empty; carries ``Retry-After`` in whole seconds."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int, headers: dict[str, str] | None = None):
+        super().__init__(message, headers={**(headers or {}), "Retry-After": str(retry_after)})
+        self.retry_after = retry_after
+
+
+class SpendCapReached(ServiceError):
+    """Raised when an API key's ``spend_period_used`` has reached ``spend_limit_flow``."""
+
+    status = 402
+    code = "spend_cap_reached"
+
+
+class Unavailable(ServiceError):
+    """Raised when a dependency (database, Redis, chain RPC, an actor) cannot answer."""
+
+    status = 503
+    code = "unavailable"
+
+
+class InternalError(ServiceError):
+    """Answered for any unexpected exception; the cause is logged, never sent."""
+
+    status = 500
+    code = "internal"

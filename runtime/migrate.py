@@ -1,0 +1,47 @@
+"""Schema migrations with Alembic: the core branch plus one branch per enabled plugin.
+
+Each plugin ships its revisions in its own folder (``flowsvc_migrations``), labelled with
+its name and depending on the core branch, so enabling a plugin later only adds its
+branch. ``flowsvc migrate`` and the embedded ``serve`` upgrade every head.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from alembic import command
+from alembic.config import Config
+
+if TYPE_CHECKING:
+    from runtime.service import Service
+
+HERE = Path(__file__).parent / "migrations"
+
+
+def alembic_config(service: Service) -> Config:
+    """An Alembic config for the service's database and enabled plugins (no alembic.ini)."""
+    config = Config()
+    config.set_main_option("script_location", str(HERE))
+    config.set_main_option("path_separator", "os")
+    # The core's own revisions are plugin-provided too (runtime.core_hooks), like any branch.
+    folders = service.migration_folders()
+    config.set_main_option("version_locations", os.pathsep.join(str(f) for f in folders))
+    config.set_main_option("sqlalchemy.url", service.db.url.replace("%", "%%"))
+    return config
+
+
+def upgrade_sync(service: Service) -> None:
+    config = alembic_config(service)
+    with service.db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "heads")
+
+
+async def upgrade(service: Service) -> None:
+    """Bring the schema to the newest revision of every enabled branch."""
+    import trio
+
+    # Migrations are rare and serialised; a plain thread keeps the Trio thread free.
+    await trio.to_thread.run_sync(upgrade_sync, service)

@@ -1,0 +1,75 @@
+"""The plugin manager factory: built-in plugins by dotted name, third-party by entry point.
+
+No global manager and no work at import time: ``get_plugin_manager`` builds a fresh one
+for every service (and every test). The core's own hook implementations
+(``runtime.core_hooks``) are essential and always registered; the built-in plugins are
+ordinary plugins, enabled by name in ``[plugins] enabled`` exactly like third-party ones,
+which install as packages with a ``flowsvc.plugins`` entry point.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from importlib.metadata import entry_points
+from types import ModuleType
+
+import pluggy
+
+from runtime import hookspecs
+from runtime.config import ConfigError
+
+ENTRY_POINT_GROUP = "flowsvc.plugins"
+ESSENTIAL = {"core": "runtime.core_hooks"}
+BUILTIN = {
+    name: f"plugins.{name}.hooks"
+    for name in ("auth", "keys", "projects", "webhooks", "marketplace", "chain", "billing")
+}
+
+log = logging.getLogger("flowsvc.plugins")
+
+
+def available_plugins() -> dict[str, str]:
+    """Every plugin that can be enabled: name to where it comes from."""
+    found = {name: module for name, module in BUILTIN.items() if _module_exists(module)}
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(entry_point.name, entry_point.value)
+    return found
+
+
+def _module_exists(dotted: str) -> bool:
+    return importlib.util.find_spec(dotted.rsplit(".", 1)[0]) is not None and \
+        importlib.util.find_spec(dotted) is not None
+
+
+def _load(name: str) -> ModuleType | object:
+    if name in BUILTIN and _module_exists(BUILTIN[name]):
+        return importlib.import_module(BUILTIN[name])
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.name == name:
+            plugin: object = entry_point.load()
+            return plugin
+    known = ", ".join(sorted(available_plugins()))
+    raise ConfigError(f"[plugins] enabled: unknown plugin {name!r} (available: {known})")
+
+
+def get_plugin_manager(enabled: list[str]) -> pluggy.PluginManager:
+    """A fresh manager with the essential hooks and the ``enabled`` plugins, in order.
+
+    :raises ConfigError: a plugin name is unknown or listed twice.
+    :raises pluggy.PluginValidationError: a plugin implements a hook that does not exist.
+    """
+    manager = pluggy.PluginManager("flowsvc")
+    manager.add_hookspecs(hookspecs)
+    if os.environ.get("FLOWSVC_TRACE_HOOKS"):
+        manager.trace.root.setwriter(log.debug)
+        manager.enable_tracing()
+    for name, module in ESSENTIAL.items():
+        manager.register(importlib.import_module(module), name=name)
+    for name in enabled:
+        if manager.has_plugin(name):
+            raise ConfigError(f"[plugins] enabled: {name!r} is listed twice")
+        manager.register(_load(name), name=name)
+    manager.check_pending()
+    return manager

@@ -1,0 +1,145 @@
+"""Serving: we own the root nursery; actors and hypercorn run inside it.
+
+``run_server`` opens the service, starts the supervisor and every actor, then hypercorn's
+Trio worker with a shutdown trigger. SIGINT or SIGTERM stops accepting, lets in-flight
+requests finish within ``service.shutdown_grace_seconds``, stops the actors in reverse
+order and returns 0. When the supervisor gives up (an actor keeps crashing) the same
+clean shutdown happens and the reason is logged; the exit code is then 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from runtime.config import ConfigError, Settings
+from runtime.http import create_app
+from runtime.service import Service, open_service
+
+log = logging.getLogger("flowsvc.server")
+
+
+def hypercorn_config(settings: Settings, bind: str) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [bind]
+    config.accesslog = None  # our own structured access log replaces it
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = settings.service.shutdown_grace_seconds
+    config.max_app_queue_size = 64
+    return config
+
+
+async def _serve_http(app: Any, config: HypercornConfig, stop: trio.Event, served: trio.Event,
+                      *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+                      ) -> None:
+    try:
+        await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+    finally:
+        served.set()
+
+
+async def _stop_on_signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            stop.set()
+            return
+
+
+async def _stop_when(event: trio.Event, stop: trio.Event) -> None:
+    await event.wait()
+    stop.set()
+
+
+@dataclass(frozen=True)
+class Running:
+    """What ``run_server`` hands to ``task_status.started``: where it listens, and the service."""
+
+    binds: list[str]
+    service: Service
+
+    @property
+    def base_url(self) -> str:
+        return self.binds[0]
+
+
+async def run_server(settings: Settings, *, bind: str | None = None, handle_signals: bool = True,
+                     stop: trio.Event | None = None, environ: dict[str, str] | None = None,
+                     task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED) -> int:
+    """Serve until a signal, ``stop``, or the supervisor giving up.
+
+    :param bind: ``HOST:PORT`` or ``fd://N``; default ``service.bind``.
+    :param stop: set it to shut down (tests use this instead of signals).
+    :param environ: where plugin settings overrides are read (default ``os.environ``).
+    :return: the process exit code (0 clean, 1 when the supervisor gave up).
+    """
+    stop = trio.Event() if stop is None else stop
+    served = trio.Event()
+    async with open_service(settings, environ=environ) as service, \
+            trio.open_nursery() as nursery:
+        supervisor = await service.start_actors(nursery)
+        nursery.start_soon(_stop_when, supervisor.gave_up, stop)
+        if handle_signals:
+            nursery.start_soon(_stop_on_signals, stop)
+        config = hypercorn_config(settings, bind or settings.service.bind)
+        binds = await nursery.start(_serve_http, create_app(service), config, stop, served)
+        log.info("flowsvc serving on %s", ", ".join(binds))
+        task_status.started(Running(binds, service))
+        await served.wait()
+        await supervisor.stop_all()
+        nursery.cancel_scope.cancel()
+    if supervisor.gave_up.is_set():
+        log.error("flowsvc stopped: %s", supervisor.reason)
+        return 1
+    log.info("flowsvc stopped cleanly")
+    return 0
+
+
+def serve_workers(settings: Settings, config_path: str | None, bind: str, workers: int) -> int:
+    """Run ``workers`` service processes sharing one listening socket.
+
+    In-process meters and rings cannot be shared, so this needs Redis.
+
+    :raises ConfigError: more than one worker without ``FLOWSVC_REDIS_URL``.
+    """
+    if workers > 1 and not settings.redis.url:
+        raise ConfigError("--workers > 1 needs Redis (set FLOWSVC_REDIS_URL): in-process meters "
+                          "and stream rings cannot be shared between processes")
+    host, _, port = bind.rpartition(":")
+    listener = socket.create_server((host.strip("[]"), int(port)), reuse_port=False, backlog=1024)
+    listener.set_inheritable(True)
+    argv = [sys.executable, "-m", "runtime.cli", "serve", "--workers", "1",
+            "--bind", f"fd://{listener.fileno()}"]
+    if config_path:
+        argv += ["--config", config_path]
+    env = {**os.environ, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}
+    children = [subprocess.Popen(argv, pass_fds=[listener.fileno()], env=env)
+                for _ in range(workers)]
+    return trio.run(partial(_wait_children, children))
+
+
+async def _wait_children(children: list[subprocess.Popen[bytes]]) -> int:
+    async def forward_signals() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                for child in children:
+                    child.send_signal(signum)
+
+    codes: list[int] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(forward_signals)
+        for child in children:
+            codes.append(await trio.to_thread.run_sync(child.wait))
+        nursery.cancel_scope.cancel()
+    return max(codes, default=0)

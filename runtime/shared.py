@@ -1,0 +1,255 @@
+"""State shared between service processes: window counters, keys with a TTL, fan-out, locks.
+
+One interface, two implementations: ``MemorySharedState`` for the embedded default (one
+process, nothing to install) and ``RedisSharedState`` when ``FLOWSVC_REDIS_URL`` is set,
+over coredis, which is Trio-native through AnyIO (no blocking client in threads).
+Plugins that need a Redis feature beyond this interface (a Lua script of their own,
+Streams) use ``RedisSharedState.client`` and keep an in-process twin for the memory kind.
+
+Rate windows are sliding logs: exact (the Nth request inside any 60-second span is
+refused when the cap is N), and ``retry_after`` is when the oldest counted request
+leaves the window.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import coredis
+import trio
+
+from runtime.errors import Unavailable
+
+_SUBSCRIBER_BUFFER = 1024
+
+
+@dataclass(frozen=True)
+class WindowDecision:
+    """The answer of a sliding-window counter.
+
+    :param allowed: whether this hit was counted.
+    :param remaining: slots left in the window after this hit.
+    :param reset_at: Unix time (float seconds) when the oldest counted hit leaves the
+        window (when a slot frees up); now when the window is empty.
+    :param retry_after: whole seconds to wait before a refused hit can succeed (0 if allowed).
+    """
+
+    allowed: bool
+    remaining: int
+    reset_at: float
+    retry_after: int
+
+
+class SharedState(Protocol):
+    kind: Literal["memory", "redis"]
+
+    async def hit_window(self, key: str, limit: int, window: float) -> WindowDecision: ...
+    async def get(self, key: str) -> str | None: ...
+    async def set(self, key: str, value: str, *, ttl: float | None = None,
+                  only_if_absent: bool = False) -> bool: ...
+    async def delete(self, key: str) -> None: ...
+    async def publish(self, channel: str, message: str) -> None: ...
+    def subscribe(self, channel: str) -> Any: ...
+    def lock(self, name: str, *, ttl: float = 30.0) -> Any: ...
+    async def ping(self) -> None: ...
+
+
+def _decision(allowed: bool, limit: int, count: int, oldest: float | None, now: float,
+              window: float) -> WindowDecision:
+    reset_at = (oldest + window) if oldest is not None else now
+    retry_after = 0 if allowed else max(1, math.ceil(reset_at - now))
+    return WindowDecision(allowed, max(0, limit - count), reset_at, retry_after)
+
+
+class MemorySharedState:
+    """The embedded default: everything lives in this process."""
+
+    kind: Literal["memory", "redis"] = "memory"
+
+    def __init__(self) -> None:
+        self._windows: dict[str, deque[float]] = defaultdict(deque)
+        self._values: dict[str, tuple[str, float | None]] = {}
+        self._subscribers: dict[str, set[trio.MemorySendChannel[str]]] = defaultdict(set)
+        self._locks: dict[str, trio.Lock] = defaultdict(trio.Lock)
+
+    async def hit_window(self, key: str, limit: int, window: float) -> WindowDecision:
+        now = time.time()
+        hits = self._windows[key]
+        while hits and hits[0] <= now - window:
+            hits.popleft()
+        allowed = len(hits) < limit
+        if allowed:
+            hits.append(now)
+        return _decision(allowed, limit, len(hits), hits[0] if hits else None, now, window)
+
+    async def get(self, key: str) -> str | None:
+        entry = self._values.get(key)
+        if entry is None:
+            return None
+        value, expires = entry
+        if expires is not None and expires <= time.time():
+            del self._values[key]
+            return None
+        return value
+
+    async def set(self, key: str, value: str, *, ttl: float | None = None,
+                  only_if_absent: bool = False) -> bool:
+        if only_if_absent and await self.get(key) is not None:
+            return False
+        self._values[key] = (value, time.time() + ttl if ttl else None)
+        return True
+
+    async def delete(self, key: str) -> None:
+        self._values.pop(key, None)
+
+    async def publish(self, channel: str, message: str) -> None:
+        for send in list(self._subscribers[channel]):
+            try:
+                send.send_nowait(message)
+            except trio.WouldBlock:
+                # A subscriber this far behind is cut off; it re-syncs when it re-subscribes.
+                await send.aclose()
+                self._subscribers[channel].discard(send)
+
+    @asynccontextmanager
+    async def subscribe(self, channel: str) -> AsyncIterator[trio.MemoryReceiveChannel[str]]:
+        send, receive = trio.open_memory_channel[str](_SUBSCRIBER_BUFFER)
+        self._subscribers[channel].add(send)
+        try:
+            yield receive
+        finally:
+            self._subscribers[channel].discard(send)
+
+    @asynccontextmanager
+    async def lock(self, name: str, *, ttl: float = 30.0) -> AsyncIterator[None]:
+        async with self._locks[name]:
+            yield
+
+    async def ping(self) -> None:
+        return None
+
+
+# KEYS[1] = window key; ARGV = now (ms), window (ms), limit, member
+_SLIDING_WINDOW_LUA = """
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local count = redis.call('ZCARD', KEYS[1])
+local allowed = 0
+if count < limit then
+  redis.call('ZADD', KEYS[1], now, ARGV[4])
+  count = count + 1
+  allowed = 1
+end
+redis.call('PEXPIRE', KEYS[1], window)
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local oldest_score = -1
+if oldest[2] then oldest_score = tonumber(oldest[2]) end
+return {allowed, count, oldest_score}
+"""
+
+_UNLOCK_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class RedisSharedState:
+    """Shared state in Redis, for several service processes behind a load balancer.
+
+    :param client: a connected coredis client (``decode_responses=True``); owned by the
+        caller of ``open_shared_state``.
+    """
+
+    kind: Literal["memory", "redis"] = "redis"
+
+    def __init__(self, client: coredis.Redis[str], prefix: str = "flowsvc:") -> None:
+        self.client = client
+        self.prefix = prefix
+        self._window_script = client.register_script(_SLIDING_WINDOW_LUA)
+        self._unlock_script = client.register_script(_UNLOCK_LUA)
+
+    def key(self, name: str) -> str:
+        """The Redis key of a logical name (every key carries the service prefix)."""
+        return self.prefix + name
+
+    async def hit_window(self, key: str, limit: int, window: float) -> WindowDecision:
+        now_ms = int(time.time() * 1000)
+        member = f"{now_ms}:{secrets.token_hex(6)}"
+        reply: list[int] = await self._window_script(
+            keys=[self.key("win:" + key)], args=[now_ms, int(window * 1000), limit, member])
+        allowed, count, oldest = reply
+        oldest_s = None if int(oldest) < 0 else int(oldest) / 1000
+        return _decision(bool(allowed), limit, int(count), oldest_s, now_ms / 1000, window)
+
+    async def get(self, key: str) -> str | None:
+        return await self.client.get(self.key(key))
+
+    async def set(self, key: str, value: str, *, ttl: float | None = None,
+                  only_if_absent: bool = False) -> bool:
+        px = int(ttl * 1000) if ttl else None
+        result = await self.client.set(self.key(key), value, px=px,
+                                       condition=coredis.PureToken.NX if only_if_absent else None)
+        return bool(result)
+
+    async def delete(self, key: str) -> None:
+        await self.client.delete([self.key(key)])
+
+    async def publish(self, channel: str, message: str) -> None:
+        await self.client.publish(self.key(channel), message)
+
+    @asynccontextmanager
+    async def subscribe(self, channel: str) -> AsyncIterator[AsyncIterator[str]]:
+        pubsub = self.client.pubsub(channels=[self.key(channel)])
+        async with pubsub:
+            yield _pubsub_messages(pubsub)
+
+    @asynccontextmanager
+    async def lock(self, name: str, *, ttl: float = 30.0) -> AsyncIterator[None]:
+        token = secrets.token_hex(16)
+        key = self.key("lock:" + name)
+        # A Redis lock is taken by retrying SET NX; no event can tell us it was freed.
+        while not await self.client.set(key, token, px=int(ttl * 1000),  # noqa: ASYNC110
+                                        condition=coredis.PureToken.NX):
+            await trio.sleep(0.02)
+        try:
+            yield
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._unlock_script(keys=[key], args=[token])
+
+    async def ping(self) -> None:
+        try:
+            await self.client.ping()
+        except Exception as exc:
+            raise Unavailable("redis is unavailable") from exc
+
+
+async def _pubsub_messages(pubsub: Any) -> AsyncIterator[str]:
+    async for message in pubsub:
+        if message["type"] == "message":
+            yield str(message["data"])
+
+
+@asynccontextmanager
+async def open_shared_state(redis_url: str, prefix: str = "flowsvc:"
+                            ) -> AsyncIterator[SharedState]:
+    """The shared state for ``redis_url``: Redis when set, in-process when empty.
+
+    :param prefix: put before every Redis key and channel, so that several deployments
+        (or test runs) can share one Redis.
+    """
+    if not redis_url:
+        yield MemorySharedState()
+        return
+    client: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+    async with client:
+        yield RedisSharedState(client, prefix)

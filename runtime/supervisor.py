@@ -1,0 +1,161 @@
+"""A small one_for_one supervisor in the manner of OTP (trio has none).
+
+Children start in order and stop in reverse. A child that crashes is restarted alone,
+after an exponential backoff; when more than ``max_restarts`` restarts happen within
+``within_seconds`` the supervisor gives up: it records why, sets ``gave_up`` and the
+service shuts down cleanly. It never restarts anything on its own initiative beyond
+that, and it never swallows ``trio.Cancelled``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from runtime.actors import ActorSpec, Address, Mailbox, Registry, open_mailbox
+from runtime.config import SupervisorSettings
+from runtime.errors import Unavailable
+from runtime.metrics import Metrics
+
+log = logging.getLogger("flowsvc.supervisor")
+
+
+class SupervisorGaveUp(Exception):
+    """Raised (and recorded) when restarts exceed the configured intensity."""
+
+
+@dataclass
+class _Child:
+    spec: ActorSpec
+    address: Address
+    mailbox: Mailbox
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    finished: trio.Event = field(default_factory=trio.Event)
+
+
+class Supervisor:
+    """Runs actors in a nursery it is given; the owner of that nursery owns their lives.
+
+    :param nursery: where children run; the caller keeps it open until ``stop_all``.
+    """
+
+    def __init__(self, nursery: trio.Nursery, settings: SupervisorSettings,
+                 registry: Registry, metrics: Metrics) -> None:
+        self._nursery = nursery
+        self._settings = settings
+        self._registry = registry
+        self._metrics = metrics
+        self._children: dict[str, _Child] = {}
+        self._restarts: deque[float] = deque()
+        self.gave_up = trio.Event()
+        self.reason: str | None = None
+
+    async def start(self, spec: ActorSpec) -> Address:
+        """Start ``spec`` and return its address once the actor called ``started()``.
+
+        :raises ValueError: an actor with that name already runs.
+        :raises: whatever the actor raised before it was ready (boot failures surface).
+        """
+        if spec.name in self._children:
+            raise ValueError(f"an actor named {spec.name!r} is already running")
+        address, mailbox = open_mailbox(spec.name, spec.mailbox_size)
+        child = _Child(spec, address, mailbox)
+        self._children[spec.name] = child
+        try:
+            await self._nursery.start(self._supervise, child)
+        except BaseException:
+            del self._children[spec.name]
+            raise
+        self._registry.register(address)
+        self._metrics.mailbox_depth.labels(actor=spec.name).set_function(lambda: address.depth)
+        return address
+
+    async def stop(self, name: str) -> None:
+        """Cancel one child and wait up to its ``shutdown_timeout`` for it to finish."""
+        child = self._children.pop(name, None)
+        if child is None:
+            return
+        self._registry.unregister(name)
+        self._metrics.mailbox_depth.remove(name)
+        child.scope.cancel()
+        with trio.move_on_after(child.spec.shutdown_timeout):
+            await child.finished.wait()
+
+    async def stop_all(self) -> None:
+        """Stop every child, the last started first."""
+        for name in reversed(list(self._children)):
+            await self.stop(name)
+
+    def running(self) -> list[str]:
+        return list(self._children)
+
+    async def _supervise(self, child: _Child, *, task_status: trio.TaskStatus[None]) -> None:
+        spec = child.spec
+        backoff = self._settings.backoff_initial_seconds
+        status: _StartStatus | None = _StartStatus(task_status)
+        try:
+            with child.scope:
+                while True:
+                    crashed = await self._run_once(child, status)
+                    status = None
+                    if spec.restart == "temporary" or (spec.restart == "transient" and not crashed):
+                        return
+                    if not self._note_restart(spec.name):
+                        return
+                    await trio.sleep(backoff)
+                    backoff = min(max(backoff * 2, 0.01), self._settings.backoff_max_seconds)
+        finally:
+            child.finished.set()
+
+    async def _run_once(self, child: _Child, status: _StartStatus | None) -> bool:
+        """Run the actor once; True when it crashed, False when it returned.
+
+        ``status`` is given on the first run only: a crash before ``started()`` is a
+        boot failure and propagates to whoever called ``start``.
+        """
+        try:
+            if status is None:
+                await child.spec.run(child.mailbox)
+            else:
+                await child.spec.run(child.mailbox, task_status=status)
+        except Exception as exc:
+            if status is not None and not status.called:
+                raise
+            log.exception("actor %s crashed", child.spec.name)
+            child.mailbox.fail_current(Unavailable(f"actor {child.spec.name} crashed: {exc}"))
+            return True
+        return False
+
+    def _note_restart(self, name: str) -> bool:
+        """Count a restart; False (and give up) past the restart intensity."""
+        now = trio.current_time()
+        self._restarts.append(now)
+        while self._restarts and now - self._restarts[0] > self._settings.within_seconds:
+            self._restarts.popleft()
+        self._metrics.actor_restarts.labels(actor=name).inc()
+        if len(self._restarts) > self._settings.max_restarts:
+            self.reason = (
+                f"actor {name} crashed: more than {self._settings.max_restarts} restarts "
+                f"within {self._settings.within_seconds:g} s"
+            )
+            log.error("supervisor gives up: %s", self.reason)
+            self.gave_up.set()
+            return False
+        log.warning("restarting actor %s", name)
+        return True
+
+
+class _StartStatus:
+    """Wraps a nursery.start() task status to know whether the actor became ready."""
+
+    def __init__(self, inner: trio.TaskStatus[Any]) -> None:
+        self._inner = inner
+        self.called = False
+
+    def started(self, value: Any = None) -> None:
+        self.called = True
+        self._inner.started(value)

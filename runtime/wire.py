@@ -1,0 +1,67 @@
+"""How values look on the wire: times, FLOW amounts, ids (see ``docs/api.md``).
+
+Times are ISO 8601 UTC with milliseconds and ``Z``; FLOW amounts are stored as
+integers of micro-FLOW (10^-6) and written as decimal strings with exactly 6 decimals.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+
+from runtime.errors import InvalidRequest
+
+MICRO = 1_000_000
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(moment: datetime) -> datetime:
+    """Attach UTC to a naive datetime read back from SQLite (every time we store is UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def iso(moment: datetime) -> str:
+    """``2026-11-22T10:18:00.000Z``."""
+    moment = as_utc(moment)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def iso_from_unix(seconds: float) -> str:
+    return iso(datetime.fromtimestamp(seconds, UTC))
+
+
+def format_flow(micro: int) -> str:
+    """``1500000`` micro-FLOW as ``"1.500000"``."""
+    sign = "-" if micro < 0 else ""
+    whole, fraction = divmod(abs(micro), MICRO)
+    return f"{sign}{whole}.{fraction:06d}"
+
+
+def parse_flow(value: object, field: str, *, allow_negative: bool = False) -> int:
+    """A FLOW amount from a decimal string (preferred) or a JSON number, in micro-FLOW.
+
+    :raises InvalidRequest: not a number, more than 6 decimals, or negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise _bad_amount(field, "must be a decimal string such as \"1.5\"")
+    try:
+        amount = Decimal(str(value)) if not isinstance(value, str) else Decimal(value.strip())
+    except InvalidOperation:
+        raise _bad_amount(field, "must be a decimal string such as \"1.5\"") from None
+    if not amount.is_finite():
+        raise _bad_amount(field, "must be a finite amount")
+    scaled = amount * MICRO
+    if scaled != scaled.to_integral_value():
+        raise _bad_amount(field, "has more than 6 decimals; FLOW amounts are exact to 10^-6")
+    if amount < 0 and not allow_negative:
+        raise _bad_amount(field, "must not be negative")
+    if abs(scaled) >= 10**30:
+        raise _bad_amount(field, "is too large")
+    return int(scaled)
+
+
+def _bad_amount(field: str, message: str) -> InvalidRequest:
+    return InvalidRequest(f"{field} {message}", details=[{"field": field, "message": message}])

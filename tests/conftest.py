@@ -1,0 +1,55 @@
+"""Fixtures shared by every test: backends, settings and a real server on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.server import Running
+from tests.support.backends import (
+    DATABASES,
+    REDIS_URL,
+    SHARED_STATES,
+    check_reachable,
+    postgres_schema,
+    redis_prefix,
+)
+from tests.support.server import make_settings, running_server, settings_env
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    problems = check_reachable()
+    if problems:
+        raise pytest.UsageError("test backends unreachable:\n  " + "\n  ".join(problems))
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each database backend: SQLite in a temporary folder, PostgreSQL in a fresh schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'flowsvc.db'}"
+        return
+    with postgres_schema() as url:
+        yield url
+
+
+@pytest.fixture(params=SHARED_STATES)
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """Each shared-state backend: in-process (empty URL) or Redis."""
+    return REDIS_URL if request.param == "redis" else ""
+
+
+@pytest.fixture
+def env(tmp_path: Path, database_url: str) -> dict[str, str]:
+    """The environment of a test service with the auth plugin, on each database."""
+    return settings_env(tmp_path / "var", database_url=database_url,
+                        redis_prefix=redis_prefix())
+
+
+@pytest.fixture
+async def server(env: dict[str, str]) -> AsyncIterator[Running]:
+    """A running service configured by ``env``."""
+    async with running_server(make_settings(env), env) as running:
+        yield running

@@ -1,0 +1,139 @@
+"""Workspace: safe paths, real git commits and archives."""
+
+from __future__ import annotations
+
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import trio
+
+from plugins.projects.workspace import GIT_USER_EMAIL, GIT_USER_NAME, Workspace, WorkspaceError
+
+
+async def git(workspace: Path, *arguments: str) -> str:
+    result = await trio.run_process(["git", *arguments], cwd=workspace, capture_stdout=True)
+    return result.stdout.decode()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    return Workspace(tmp_path / "project")
+
+
+async def test_commits_work_without_any_git_config(
+    workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty_home = tmp_path / "home"
+    empty_home.mkdir()
+    monkeypatch.setenv("HOME", str(empty_home))
+    for variable in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "EMAIL"):
+        monkeypatch.delenv(variable, raising=False)
+
+    await workspace.write_file("index.html", "<h1>hi</h1>")
+    await workspace.write_file("src/app.js", "console.log(1)")
+    commit = await workspace.commit("First build")
+
+    assert commit.sha == (await git(workspace.root, "rev-parse", "HEAD")).strip()
+    assert commit.files == ["index.html", "src/app.js"]
+    assert commit.message == "First build"
+    author = (await git(workspace.root, "log", "-1", "--format=%an <%ae>")).strip()
+    assert author == f"{GIT_USER_NAME} <{GIT_USER_EMAIL}>"
+
+
+async def test_a_commit_lists_only_the_files_it_changed(workspace: Workspace) -> None:
+    await workspace.write_file("a.txt", "one")
+    await workspace.write_file("b.txt", "one")
+    first = await workspace.commit("Add a and b")
+    await workspace.write_file("b.txt", "two")
+    second = await workspace.commit("Change b")
+
+    assert second.files == ["b.txt"]
+    assert second.sha != first.sha
+    log = (await git(workspace.root, "log", "--format=%H %s")).splitlines()
+    assert log == [f"{second.sha} Change b", f"{first.sha} Add a and b"]
+
+
+async def test_nothing_to_commit_is_an_error(workspace: Workspace) -> None:
+    await workspace.write_file("a.txt", "one")
+    await workspace.commit("Add a")
+    with pytest.raises(WorkspaceError, match="nothing to commit"):
+        await workspace.commit("Again")
+    with pytest.raises(WorkspaceError, match="empty"):
+        await workspace.commit("   ")
+
+
+@pytest.mark.parametrize("path", [
+    "../outside.txt", "a/../../outside.txt", "/etc/passwd", "", ".git/hooks/pre-commit",
+    "sub/.git/config", ".", "bad\0name",
+])
+async def test_unsafe_paths_are_refused(workspace: Workspace, tmp_path: Path, path: str) -> None:
+    with pytest.raises(WorkspaceError):
+        await workspace.write_file(path, "#!/bin/sh\necho pwned\n")
+    assert not (tmp_path / "outside.txt").exists()
+    assert not (workspace.root / ".git" / "hooks" / "pre-commit").exists()
+
+
+async def test_symlinks_that_leave_the_workspace_are_refused(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    await workspace.ensure_repository()
+    (workspace.root / "linked-dir").symlink_to(outside)
+    (workspace.root / "linked-file").symlink_to(outside / "secret.txt")
+    (workspace.root / "dangling").symlink_to(outside / "new.txt")
+
+    for path in ("linked-dir/secret.txt", "linked-file"):
+        with pytest.raises(WorkspaceError, match="outside the workspace"):
+            await workspace.read_file(path)
+    for path in ("linked-dir/planted.txt", "dangling", "linked-file"):
+        with pytest.raises(WorkspaceError, match="outside the workspace"):
+            await workspace.write_file(path, "planted")
+    assert sorted(entry.name for entry in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "secret"
+
+
+async def test_a_symlink_inside_the_workspace_is_followed(workspace: Workspace) -> None:
+    await workspace.write_file("docs/real.md", "real")
+    (workspace.root / "alias").symlink_to(workspace.root / "docs")
+    assert await workspace.read_file("alias/real.md") == ("real", False)
+
+
+async def test_read_file_truncates_and_rejects_binary(workspace: Workspace) -> None:
+    await workspace.write_file("long.txt", "é" * 10)
+    assert await workspace.read_file("long.txt", max_bytes=5) == ("éé", True)
+    (workspace.root / "blob.bin").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(WorkspaceError, match="not UTF-8"):
+        await workspace.read_file("blob.bin")
+    with pytest.raises(WorkspaceError, match="does not exist"):
+        await workspace.read_file("missing.txt")
+
+
+async def test_list_files_excludes_git(workspace: Workspace) -> None:
+    await workspace.write_file("b.txt", "b")
+    await workspace.write_file("dir/a.txt", "a")
+    await workspace.commit("Add files")
+    assert await workspace.list_files() == ["b.txt", "dir/a.txt"]
+
+
+async def test_archive_holds_the_committed_files(workspace: Workspace, tmp_path: Path) -> None:
+    with pytest.raises(WorkspaceError, match="no commits"):
+        await workspace.archive(tmp_path / "early.tar.gz")
+    await workspace.write_file("index.html", "<h1>hi</h1>")
+    await workspace.write_file("src/app.js", "run()")
+    await workspace.commit("Build")
+    await workspace.write_file("uncommitted.txt", "draft")
+
+    tarball = await workspace.archive(tmp_path / "out" / "build.tar.gz")
+    with tarfile.open(tarball, "r:gz") as archive:
+        names = {member.name for member in archive.getmembers() if member.isfile()}
+        extracted = archive.extractfile("index.html")
+        assert extracted is not None and extracted.read() == b"<h1>hi</h1>"
+    assert names == {"index.html", "src/app.js"}
+
+    with zipfile.ZipFile(await workspace.archive(tmp_path / "build.zip")) as archive:
+        assert sorted(name for name in archive.namelist() if not name.endswith("/")) == [
+            "index.html", "src/app.js"]

@@ -1,0 +1,66 @@
+"""The backends tests run on: SQLite always; PostgreSQL and Redis when their URLs are set.
+
+``make test`` and ``.ci/run`` set ``FLOWSVC_TEST_POSTGRES_URL`` and ``FLOWSVC_TEST_REDIS_URL``
+to the servers on 127.0.0.1; the root conftest then fails the run (never skips) when
+either is unreachable. Each test gets its own PostgreSQL schema and its own Redis key
+prefix, so several test runs can share one server.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import quote
+
+import psycopg
+
+POSTGRES_URL = os.environ.get("FLOWSVC_TEST_POSTGRES_URL", "")
+REDIS_URL = os.environ.get("FLOWSVC_TEST_REDIS_URL", "")
+
+DATABASES = ["sqlite"] + (["postgres"] if POSTGRES_URL else [])
+SHARED_STATES = ["memory"] + (["redis"] if REDIS_URL else [])
+
+
+def _plain(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+@contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A fresh schema in the test PostgreSQL; yields a SQLAlchemy URL that uses it."""
+    schema = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(_plain(POSTGRES_URL), autocommit=True) as connection:
+        connection.execute(f'CREATE SCHEMA "{schema}"')
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        yield f"{POSTGRES_URL}{separator}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(_plain(POSTGRES_URL), autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def redis_prefix() -> str:
+    return f"flowsvc-test:{secrets.token_hex(6)}:"
+
+
+def check_reachable() -> list[str]:
+    """Problems reaching the configured test servers (empty when all answer)."""
+    problems = []
+    if POSTGRES_URL:
+        try:
+            with psycopg.connect(_plain(POSTGRES_URL), connect_timeout=3) as connection:
+                connection.execute("SELECT 1")
+        except psycopg.Error as exc:
+            problems.append(f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc}")
+    if REDIS_URL:
+        import redis
+
+        try:
+            redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+        except redis.RedisError as exc:
+            problems.append(f"Redis at {REDIS_URL} is unreachable: {exc}")
+    if os.environ.get("CI") == "true" and not (POSTGRES_URL and REDIS_URL):
+        problems.append("CI=true needs FLOWSVC_TEST_POSTGRES_URL and FLOWSVC_TEST_REDIS_URL")
+    return problems
