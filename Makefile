@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 export FLOWSVC_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 export FLOWSVC_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: serve test lint typecheck pytest bench clean
+.PHONY: serve test lint typecheck pytest bench clean wrk
 
 $(STAMP): pyproject.toml examples/flowsvc-hello/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,13 +23,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) wrk
 	$(BIN)/pytest -q
+
+# wrk is the load generator of bench/ and of its harness tests (Debian package).
+wrk:
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
-	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+bench: $(STAMP) wrk
 	$(BIN)/python -m bench.run_all
 
 clean:
