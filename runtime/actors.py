@@ -18,7 +18,7 @@ The actor signature is the same everywhere::
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -109,15 +109,19 @@ class Mailbox:
         self._receive = receive
         self.current: Envelope | None = None
 
-    async def __aiter__(self) -> AsyncIterator[Envelope]:
-        while True:
-            try:
-                envelope = await self._receive.receive()
-            except (trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            self.current = envelope
-            yield envelope
-            self.current = None
+    # An iterator object, not an async generator: an actor that crashes inside its
+    # ``async for`` would leave a suspended generator behind (a ResourceWarning).
+    def __aiter__(self) -> Mailbox:
+        return self
+
+    async def __anext__(self) -> Envelope:
+        self.current = None
+        try:
+            envelope = await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+        self.current = envelope
+        return envelope
 
     async def receive(self) -> Envelope:
         """Wait for the next envelope (for actors that also wait on other things)."""
@@ -129,6 +133,19 @@ class Mailbox:
         if self.current is not None:
             self.current.fail(error)
             self.current = None
+
+    def fail_pending(self, reason: str) -> None:
+        """Fail the envelope being handled and every queued one with ``Unavailable(reason)``.
+
+        For an actor that will not run again: its callers learn it at once instead of
+        waiting out their timeouts.
+        """
+        self.fail_current(Unavailable(reason))
+        while True:
+            try:
+                self._receive.receive_nowait().fail(Unavailable(reason))
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
 
 
 class Address:
@@ -169,6 +186,10 @@ class Address:
         except (trio.WouldBlock, trio.ClosedResourceError):
             return False
         return True
+
+    def close(self) -> None:
+        """Refuse further messages: senders, waiting ones included, get ``Unavailable``."""
+        self._send.close()
 
     @property
     def depth(self) -> int:

@@ -130,12 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(settings: Settings, args: argparse.Namespace, commands: list[Command]) -> int:
-    from runtime.server import run_server, serve_workers
+    from runtime.server import check_workers, run_server, serve_workers
 
     if args.command == "serve":
         workers = args.workers or settings.service.workers
         bind = args.bind or settings.service.bind
         if workers > 1:
+            check_workers(settings, workers)  # before migrating anything
             trio.run(_migrate, settings)
             return serve_workers(settings, args.config, bind, workers)
         return trio.run(partial(run_server, settings, bind=bind))

@@ -18,7 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ENV_PREFIX = "FLOWSVC"
 
@@ -33,6 +33,13 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _url_with_scheme(value: str, schemes: tuple[str, ...], empty_means: str) -> str:
+    """Check a URL setting early: a wrong one would only fail at first use, far from its key."""
+    if value and not value.startswith(schemes):
+        raise ValueError(f"must start with {' or '.join(schemes)} (or be empty: {empty_means})")
+    return value
+
+
 class ServiceSettings(Section):
     bind: str = "127.0.0.1:8000"
     workers: int = Field(1, ge=1, le=64)
@@ -45,15 +52,48 @@ class ServiceSettings(Section):
     cookie_secure: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
+    @field_validator("bind")
+    @classmethod
+    def _bind_form(cls, value: str) -> str:
+        if value.startswith("fd://"):
+            valid = value[5:].isdigit()
+        elif value.startswith("unix:"):
+            valid = len(value) > 5
+        else:
+            _host, colon, port = value.rpartition(":")
+            valid = bool(colon) and port.isdigit() and int(port) <= 65535
+        if not valid:
+            raise ValueError("must be HOST:PORT, unix:PATH or fd://N")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_form(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
 
 class DatabaseSettings(Section):
     url: str = ""
     migrate_on_start: bool = True
 
+    @field_validator("url")
+    @classmethod
+    def _url_form(cls, value: str) -> str:
+        return _url_with_scheme(value, ("sqlite://", "postgresql://", "postgresql+psycopg://",
+                                        "postgres://"), "SQLite under var_dir")
+
 
 class RedisSettings(Section):
     url: str = ""
     prefix: str = Field("flowsvc:", min_length=1, max_length=64)
+
+    @field_validator("url")
+    @classmethod
+    def _url_form(cls, value: str) -> str:
+        return _url_with_scheme(value, ("redis://", "rediss://", "unix://"),
+                                "in-process shared state")
 
 
 class JwtSettings(Section):
@@ -194,7 +234,7 @@ def _with_secrets(settings: Settings) -> Settings:
     }
     if not missing:
         return settings
-    if not settings.database_url.startswith("sqlite"):
+    if not settings.embedded:
         names = ", ".join(f"FLOWSVC_{name.upper()}_{'SECRET' if name == 'jwt' else 'TOKEN'}"
                           for name in missing)
         raise ConfigError(f"set {names}: secrets are generated only in the embedded default")
@@ -206,14 +246,24 @@ def _with_secrets(settings: Settings) -> Settings:
 
 
 def _stored_secrets(var_dir: Path) -> dict[str, str]:
-    """Secrets kept in ``var/secrets.json`` (mode 0600), created on first use."""
+    """Secrets kept in ``var/secrets.json`` (mode 0600), created on first use.
+
+    The file is written whole under a temporary name and then linked into place, so two
+    commands starting at once agree on one set of secrets and neither reads half a file.
+    """
     path = var_dir / "secrets.json"
-    if path.exists():
-        stored: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
-        return stored
-    var_dir.mkdir(parents=True, exist_ok=True)
-    stored = {"jwt_secret": secrets.token_hex(32), "internal_token": secrets.token_hex(32)}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(stored, handle)
+    if not path.exists():
+        var_dir.mkdir(parents=True, exist_ok=True)
+        fresh = {"jwt_secret": secrets.token_hex(32), "internal_token": secrets.token_hex(32)}
+        temporary = var_dir / f".secrets.{secrets.token_hex(8)}.json"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(fresh, handle)
+            os.link(temporary, path)
+        except FileExistsError:
+            pass  # another process stored its secrets first: use those
+        finally:
+            temporary.unlink()
+    stored: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
     return stored

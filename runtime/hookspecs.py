@@ -153,6 +153,7 @@ def flowsvc_request_cost(service: Service, route: str, method: str) -> int | Non
     :param service: the running service.
     :param route: the route template, e.g. ``/projects/<slug>/start``.
     :param method: the HTTP method.
+    :return: the cost in micro-FLOW, or None when this plugin does not price the route.
     """
 
 
@@ -193,6 +194,7 @@ def flowsvc_user_features(service: Service, user_id: int
 
     :param service: the running service.
     :param user_id: the user.
+    :return: flag names mapped to whether this plugin grants them, or None.
     """
 
 

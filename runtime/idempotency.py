@@ -51,7 +51,8 @@ idempotency_keys = Table(
     Column("body", LargeBinary, nullable=True),
     Column("content_type", String(128), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("expires_at", DateTime(timezone=True), nullable=False),
+    # Indexed for purge_expired, as in the core_0001 migration.
+    Column("expires_at", DateTime(timezone=True), nullable=False, index=True),
 )
 
 

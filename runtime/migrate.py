@@ -3,21 +3,30 @@
 Each plugin ships its revisions in its own folder (``flowsvc_migrations``), labelled with
 its name and depending on the core branch, so enabling a plugin later only adds its
 branch. ``flowsvc migrate`` and the embedded ``serve`` upgrade every head.
+
+Several replicas may start together with ``migrate_on_start``: upgrades are serialised
+(a lock in the process, because Alembic keeps the running command in module globals; a
+PostgreSQL advisory lock, or SQLite's write lock, between processes), so the first one
+migrates and the others find nothing left to do.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import text
 
 if TYPE_CHECKING:
     from runtime.service import Service
 
 HERE = Path(__file__).parent / "migrations"
+_IN_PROCESS = threading.Lock()
+_ADVISORY_LOCK_CLASS = int.from_bytes(b"flow", "big") >> 1  # any fixed int4
 
 
 def alembic_config(service: Service) -> Config:
@@ -33,8 +42,15 @@ def alembic_config(service: Service) -> Config:
 
 
 def upgrade_sync(service: Service) -> None:
+    """Upgrade every head in one transaction, one process and one caller at a time."""
     config = alembic_config(service)
-    with service.db.engine.begin() as connection:
+    # On SQLite the transaction itself is the lock: it begins IMMEDIATE (runtime.storage).
+    with _IN_PROCESS, service.db.engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Per schema: services in other schemas of the database migrate independently.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:class, "
+                                    "hashtext(current_schema()))"),
+                               {"class": _ADVISORY_LOCK_CLASS})
         config.attributes["connection"] = connection
         command.upgrade(config, "heads")
 

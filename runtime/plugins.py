@@ -5,11 +5,17 @@ for every service (and every test). The core's own hook implementations
 (``runtime.core_hooks``) are essential and always registered; the built-in plugins are
 ordinary plugins, enabled by name in ``[plugins] enabled`` exactly like third-party ones,
 which install as packages with a ``flowsvc.plugins`` entry point.
+
+A name in ``enabled`` is looked up in that order: a built-in plugin (``auth``), a
+``flowsvc.plugins`` entry point (``hello``), then, when it contains a dot, an importable
+module path (``mycompany.flowsvc_audit.hooks``) — a plugin that is not packaged, such as
+the test plugins under ``tests/support/``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 from importlib.metadata import entry_points
@@ -39,8 +45,10 @@ def available_plugins() -> dict[str, str]:
 
 
 def _module_exists(dotted: str) -> bool:
-    return importlib.util.find_spec(dotted.rsplit(".", 1)[0]) is not None and \
-        importlib.util.find_spec(dotted) is not None
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
 
 
 def _load(name: str) -> ModuleType | object:
@@ -50,6 +58,8 @@ def _load(name: str) -> ModuleType | object:
         if entry_point.name == name:
             plugin: object = entry_point.load()
             return plugin
+    if "." in name and _module_exists(name):
+        return importlib.import_module(name)
     known = ", ".join(sorted(available_plugins()))
     raise ConfigError(f"[plugins] enabled: unknown plugin {name!r} (available: {known})")
 

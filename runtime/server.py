@@ -9,6 +9,7 @@ clean shutdown happens and the reason is logged; the exit code is then 1.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -38,6 +39,18 @@ def hypercorn_config(settings: Settings, bind: str) -> HypercornConfig:
     config.graceful_timeout = settings.service.shutdown_grace_seconds
     config.max_app_queue_size = 64
     return config
+
+
+def _tune_gc() -> None:
+    """Freeze the start-up heap and collect young objects less often.
+
+    Under SSE fan-out, full collections of the service's large long-lived heap paused the
+    process 150-350 ms about once a second (docs/performance.md); objects that exist once
+    the app is built live as long as the process, so the collector need not scan them.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 async def _serve_http(app: Any, config: HypercornConfig, stop: trio.Event, served: trio.Event,
@@ -93,7 +106,9 @@ async def run_server(settings: Settings, *, bind: str | None = None, handle_sign
         if handle_signals:
             nursery.start_soon(_stop_on_signals, stop)
         config = hypercorn_config(settings, bind or settings.service.bind)
-        binds = await nursery.start(_serve_http, create_app(service), config, stop, served)
+        app = create_app(service)
+        _tune_gc()
+        binds = await nursery.start(_serve_http, app, config, stop, served)
         log.info("flowsvc serving on %s", ", ".join(binds))
         task_status.started(Running(binds, service))
         await served.wait()
@@ -106,23 +121,28 @@ async def run_server(settings: Settings, *, bind: str | None = None, handle_sign
     return 0
 
 
-def serve_workers(settings: Settings, config_path: str | None, bind: str, workers: int) -> int:
-    """Run ``workers`` service processes sharing one listening socket.
-
-    In-process meters and rings cannot be shared, so this needs Redis.
+def check_workers(settings: Settings, workers: int) -> None:
+    """Refuse several workers without Redis: in-process meters and rings cannot be shared.
 
     :raises ConfigError: more than one worker without ``FLOWSVC_REDIS_URL``.
     """
     if workers > 1 and not settings.redis.url:
         raise ConfigError("--workers > 1 needs Redis (set FLOWSVC_REDIS_URL): in-process meters "
                           "and stream rings cannot be shared between processes")
+
+
+def serve_workers(settings: Settings, config_path: str | None, bind: str, workers: int) -> int:
+    """Run ``workers`` service processes sharing one listening socket.
+
+    :raises ConfigError: see ``check_workers``.
+    """
+    check_workers(settings, workers)
     host, _, port = bind.rpartition(":")
     listener = socket.create_server((host.strip("[]"), int(port)), reuse_port=False, backlog=1024)
     listener.set_inheritable(True)
-    argv = [sys.executable, "-m", "runtime.cli", "serve", "--workers", "1",
+    config = ["--config", config_path] if config_path else []
+    argv = [sys.executable, "-m", "runtime.cli", *config, "serve", "--workers", "1",
             "--bind", f"fd://{listener.fileno()}"]
-    if config_path:
-        argv += ["--config", config_path]
     env = {**os.environ, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}
     children = [subprocess.Popen(argv, pass_fds=[listener.fileno()], env=env)
                 for _ in range(workers)]

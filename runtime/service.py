@@ -23,7 +23,7 @@ from runtime.agents import AgentTemplate, Tool
 from runtime.config import ConfigError, Section, Settings, validate_section
 from runtime.events import EventType
 from runtime.metrics import Metrics
-from runtime.plugins import get_plugin_manager
+from runtime.plugins import available_plugins, get_plugin_manager
 from runtime.shared import SharedState, open_shared_state
 from runtime.storage import Database
 from runtime.supervisor import Supervisor
@@ -93,9 +93,13 @@ class Service:
                 config.model, table, ("plugins", config.name), env,
                 f"[plugins.{config.name}]")
         enabled = set(self.settings.plugins.enabled)
+        known = available_plugins()
         for name in self.settings.plugins.model_extra or {}:
-            if name not in enabled:
-                raise ConfigError(f"[plugins.{name}] configures a plugin that is not enabled")
+            # A table of a known plugin that is switched off (say by FLOWSVC_PLUGINS_ENABLED)
+            # is kept for later; a table naming no plugin at all is most likely a typo.
+            if name not in enabled and name not in known:
+                raise ConfigError(f"[plugins.{name}] configures no known plugin "
+                                  f"(available: {', '.join(sorted(known))})")
         return validated
 
     def plugin_settings(self, name: str, model: type[S]) -> S:

@@ -28,6 +28,7 @@ import trio
 from runtime.errors import Unavailable
 
 _SUBSCRIBER_BUFFER = 1024
+_SWEEP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -69,18 +70,40 @@ def _decision(allowed: bool, limit: int, count: int, oldest: float | None, now: 
 
 
 class MemorySharedState:
-    """The embedded default: everything lives in this process."""
+    """The embedded default: everything lives in this process.
+
+    :param sweep_seconds: how often idle windows and expired values are forgotten (Redis
+        expires its keys itself; here one window per client IP would otherwise stay for
+        the life of the process).
+    """
 
     kind: Literal["memory", "redis"] = "memory"
 
-    def __init__(self) -> None:
+    def __init__(self, sweep_seconds: float = _SWEEP_SECONDS) -> None:
         self._windows: dict[str, deque[float]] = defaultdict(deque)
         self._values: dict[str, tuple[str, float | None]] = {}
         self._subscribers: dict[str, set[trio.MemorySendChannel[str]]] = defaultdict(set)
         self._locks: dict[str, trio.Lock] = defaultdict(trio.Lock)
+        self._longest_window = 0.0
+        self._sweep_seconds = sweep_seconds
+        self._next_sweep = time.time() + sweep_seconds
+
+    def _sweep(self, now: float) -> None:
+        """Forget windows whose every hit is out of the longest window, and expired values."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self._sweep_seconds
+        for key in [key for key, hits in self._windows.items()
+                    if not hits or hits[-1] <= now - self._longest_window]:
+            del self._windows[key]
+        for key in [key for key, (_value, expires) in self._values.items()
+                    if expires is not None and expires <= now]:
+            del self._values[key]
 
     async def hit_window(self, key: str, limit: int, window: float) -> WindowDecision:
         now = time.time()
+        self._sweep(now)
+        self._longest_window = max(self._longest_window, window)
         hits = self._windows[key]
         while hits and hits[0] <= now - window:
             hits.popleft()
@@ -101,6 +124,7 @@ class MemorySharedState:
 
     async def set(self, key: str, value: str, *, ttl: float | None = None,
                   only_if_absent: bool = False) -> bool:
+        self._sweep(time.time())
         if only_if_absent and await self.get(key) is not None:
             return False
         self._values[key] = (value, time.time() + ttl if ttl else None)
@@ -207,10 +231,10 @@ class RedisSharedState:
         await self.client.publish(self.key(channel), message)
 
     @asynccontextmanager
-    async def subscribe(self, channel: str) -> AsyncIterator[AsyncIterator[str]]:
+    async def subscribe(self, channel: str) -> AsyncIterator[_PubSubMessages]:
         pubsub = self.client.pubsub(channels=[self.key(channel)])
         async with pubsub:
-            yield _pubsub_messages(pubsub)
+            yield _PubSubMessages(pubsub)
 
     @asynccontextmanager
     async def lock(self, name: str, *, ttl: float = 30.0) -> AsyncIterator[None]:
@@ -233,10 +257,24 @@ class RedisSharedState:
             raise Unavailable("redis is unavailable") from exc
 
 
-async def _pubsub_messages(pubsub: Any) -> AsyncIterator[str]:
-    async for message in pubsub:
-        if message["type"] == "message":
-            yield str(message["data"])
+class _PubSubMessages:
+    """The payloads of a pubsub's messages.
+
+    An iterator object, not an async generator: a subscriber that stops reading early
+    would leave a suspended generator behind (a ResourceWarning).
+    """
+
+    def __init__(self, pubsub: Any) -> None:
+        self._pubsub = pubsub
+
+    def __aiter__(self) -> _PubSubMessages:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            message = await self._pubsub.__anext__()
+            if message["type"] == "message":
+                return str(message["data"])
 
 
 @asynccontextmanager

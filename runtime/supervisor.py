@@ -64,24 +64,27 @@ class Supervisor:
             raise ValueError(f"an actor named {spec.name!r} is already running")
         address, mailbox = open_mailbox(spec.name, spec.mailbox_size)
         child = _Child(spec, address, mailbox)
+        # Registered before it runs, so that an actor that ends at once is forgotten for good.
+        self._registry.register(address)
         self._children[spec.name] = child
+        self._metrics.mailbox_depth.labels(actor=spec.name).set_function(lambda: address.depth)
         try:
             await self._nursery.start(self._supervise, child)
         except BaseException:
-            del self._children[spec.name]
+            self._forget(child)  # a boot failure, or a closed nursery: leave nothing registered
             raise
-        self._registry.register(address)
-        self._metrics.mailbox_depth.labels(actor=spec.name).set_function(lambda: address.depth)
         return address
 
     async def stop(self, name: str) -> None:
-        """Cancel one child and wait up to its ``shutdown_timeout`` for it to finish."""
-        child = self._children.pop(name, None)
+        """Cancel one child and wait up to its ``shutdown_timeout`` for it to finish.
+
+        Its address is closed at once: callers get ``Unavailable`` instead of a timeout.
+        """
+        child = self._children.get(name)
         if child is None:
             return
-        self._registry.unregister(name)
-        self._metrics.mailbox_depth.remove(name)
         child.scope.cancel()
+        self._forget(child)
         with trio.move_on_after(child.spec.shutdown_timeout):
             await child.finished.wait()
 
@@ -100,16 +103,33 @@ class Supervisor:
         try:
             with child.scope:
                 while True:
+                    began = trio.current_time()
                     crashed = await self._run_once(child, status)
                     status = None
+                    if child.scope.cancel_called:  # being stopped: it ended as it was told
+                        return
                     if spec.restart == "temporary" or (spec.restart == "transient" and not crashed):
                         return
                     if not self._note_restart(spec.name):
                         return
+                    if trio.current_time() - began > self._settings.within_seconds:
+                        # A long healthy run: this crash is news, not part of a crash loop.
+                        backoff = self._settings.backoff_initial_seconds
                     await trio.sleep(backoff)
                     backoff = min(max(backoff * 2, 0.01), self._settings.backoff_max_seconds)
         finally:
+            self._forget(child)
             child.finished.set()
+
+    def _forget(self, child: _Child) -> None:
+        """The child will not run again: close its address, fail its callers, unregister it."""
+        name = child.spec.name
+        child.address.close()
+        child.mailbox.fail_pending(f"actor {name} is stopped")
+        if self._children.get(name) is child:
+            del self._children[name]
+            self._registry.unregister(name)
+            self._metrics.mailbox_depth.remove(name)
 
     async def _run_once(self, child: _Child, status: _StartStatus | None) -> bool:
         """Run the actor once; True when it crashed, False when it returned.
@@ -122,11 +142,12 @@ class Supervisor:
                 await child.spec.run(child.mailbox)
             else:
                 await child.spec.run(child.mailbox, task_status=status)
-        except Exception as exc:
+        except Exception:
             if status is not None and not status.called:
                 raise
             log.exception("actor %s crashed", child.spec.name)
-            child.mailbox.fail_current(Unavailable(f"actor {child.spec.name} crashed: {exc}"))
+            # The cause is in the log; callers (and HTTP clients) only learn that it crashed.
+            child.mailbox.fail_current(Unavailable(f"actor {child.spec.name} crashed"))
             return True
         return False
 
@@ -136,7 +157,6 @@ class Supervisor:
         self._restarts.append(now)
         while self._restarts and now - self._restarts[0] > self._settings.within_seconds:
             self._restarts.popleft()
-        self._metrics.actor_restarts.labels(actor=name).inc()
         if len(self._restarts) > self._settings.max_restarts:
             self.reason = (
                 f"actor {name} crashed: more than {self._settings.max_restarts} restarts "
@@ -146,6 +166,7 @@ class Supervisor:
             self.gave_up.set()
             return False
         log.warning("restarting actor %s", name)
+        self._metrics.actor_restarts.labels(actor=name).inc()
         return True
 
 

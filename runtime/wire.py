@@ -7,7 +7,7 @@ integers of micro-FLOW (10^-6) and written as decimal strings with exactly 6 dec
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, Inexact, InvalidOperation, localcontext
 
 from runtime.errors import InvalidRequest
 
@@ -43,7 +43,7 @@ def format_flow(micro: int) -> str:
 def parse_flow(value: object, field: str, *, allow_negative: bool = False) -> int:
     """A FLOW amount from a decimal string (preferred) or a JSON number, in micro-FLOW.
 
-    :raises InvalidRequest: not a number, more than 6 decimals, or negative.
+    :raises InvalidRequest: not a number, more than 6 decimals, negative, or 10^24 FLOW or more.
     """
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise _bad_amount(field, "must be a decimal string such as \"1.5\"")
@@ -53,13 +53,22 @@ def parse_flow(value: object, field: str, *, allow_negative: bool = False) -> in
         raise _bad_amount(field, "must be a decimal string such as \"1.5\"") from None
     if not amount.is_finite():
         raise _bad_amount(field, "must be a finite amount")
-    scaled = amount * MICRO
-    if scaled != scaled.to_integral_value():
+    if amount and amount.adjusted() >= 24:  # 10^24 FLOW is 10^30 micro-FLOW
+        raise _bad_amount(field, "is too large")
+    # The default 28 digits would round a large amount's 7th decimal away instead of
+    # refusing it; 40 hold every amount below 10^24 with 6 decimals exactly.
+    with localcontext() as context:
+        context.prec = 40
+        context.traps[Inexact] = True
+        try:
+            scaled = amount * MICRO
+            whole = scaled == scaled.to_integral_value()
+        except Inexact:  # digits beyond the 40th: far more than 6 decimals
+            whole = False
+    if not whole:
         raise _bad_amount(field, "has more than 6 decimals; FLOW amounts are exact to 10^-6")
     if amount < 0 and not allow_negative:
         raise _bad_amount(field, "must not be negative")
-    if abs(scaled) >= 10**30:
-        raise _bad_amount(field, "is too large")
     return int(scaled)
 
 

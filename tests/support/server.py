@@ -75,7 +75,8 @@ def client(running: Running, **kwargs: Any) -> httpx.AsyncClient:
 def server_process(env: dict[str, str], port: int, *args: str) -> Iterator[subprocess.Popen[bytes]]:
     """``flowsvc serve`` in its own process on ``port``; stopped with SIGTERM at the end."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "serve", "--bind", f"127.0.0.1:{port}", *args],
+        [sys.executable, "-m", "runtime.cli", "--config", os.devnull, "serve",
+         "--bind", f"127.0.0.1:{port}", *args],
         cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         _wait_ready(process, port)
@@ -88,6 +89,8 @@ def server_process(env: dict[str, str], port: int, *args: str) -> Iterator[subpr
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if process.stdout is not None:
+            process.stdout.close()  # unclosed, it is a ResourceWarning (an error in tests)
 
 
 def _wait_ready(process: subprocess.Popen[bytes], port: int, timeout: float = 30) -> None:

@@ -1,0 +1,135 @@
+"""``flowsvc serve`` as a real process: graceful SIGTERM, giving up, several workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import trio
+
+from tests.support.processes import run_flowsvc, serve, stop
+from tests.support.server import free_port, settings_env
+from tests.support.testkit_plugin import MODULE as TESTKIT
+
+CRASHING = "tests.support.crashing_plugin"
+
+
+def _env(tmp_path: Path, redis_url: str = "", plugins: list[str] | None = None,
+         **extra: str) -> dict[str, str]:
+    return settings_env(tmp_path / "var", database_url=f"sqlite:///{tmp_path / 'flowsvc.db'}",
+                        redis_url=redis_url, plugins=plugins or ["auth", TESTKIT],
+                        extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", **extra})
+
+
+async def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(tmp_path: Path) -> None:
+    port = free_port()
+    process = serve(_env(tmp_path), port)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            answers: list[httpx.Response] = []
+            async with trio.open_nursery() as nursery:
+
+                async def slow_request() -> None:
+                    answers.append(await http.post("/testkit/sleep", params={"seconds": "1"}))
+
+                nursery.start_soon(slow_request)
+                assert (await http.get("/testkit/wait", params={"inflight": 1})).status_code == 200
+                process.send_signal(signal.SIGTERM)
+        code = await trio.to_thread.run_sync(process.wait, 15)
+    finally:
+        output = stop([process])[0]
+    assert [(answer.status_code, answer.json()) for answer in answers] == [(200, {"slept": 1.0})]
+    assert code == 0, output
+    assert "received SIGTERM: shutting down" in output
+    assert "flowsvc stopped cleanly" in output
+
+
+def test_an_actor_that_keeps_crashing_stops_the_service_with_exit_code_1(tmp_path: Path) -> None:
+    env = _env(tmp_path, plugins=["auth", CRASHING],
+               FLOWSVC_SUPERVISOR_MAX_RESTARTS="2",
+               FLOWSVC_SUPERVISOR_BACKOFF_INITIAL_SECONDS="0.01")
+    code, output = run_flowsvc(env, "serve", "--bind", f"127.0.0.1:{free_port()}", timeout=60)
+    assert code == 1, output
+    assert output.count("actor crashing.actor crashed") >= 3  # each crash is logged
+    assert "RuntimeError: crashing on purpose" in output
+    reason = "actor crashing.actor crashed: more than 2 restarts within 30 s"
+    assert f"supervisor gives up: {reason}" in output
+    assert f"flowsvc stopped: {reason}" in output
+    assert "Traceback" not in output.split("supervisor gives up")[1]  # a clean stop after
+
+
+def test_a_wrong_plugin_setting_stops_the_start_naming_it(tmp_path: Path) -> None:
+    env = _env(tmp_path, FLOWSVC_PLUGINS_AUTH_SIWE_CHAIN_ID="mainnet")
+    code, output = run_flowsvc(env, "serve", "--bind", f"127.0.0.1:{free_port()}")
+    assert code == 2
+    assert "[plugins.auth]" in output and "siwe_chain_id" in output
+    assert "Traceback" not in output
+
+
+def _children(parent: int) -> list[int]:
+    """Process ids whose parent is ``parent`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def _pid_answering(port: int) -> int:
+    response = httpx.get(f"http://127.0.0.1:{port}/testkit/pid", timeout=30,
+                         headers={"Connection": "close"})  # a new connection each time
+    pid: int = response.json()["pid"]
+    return pid
+
+
+def test_several_workers_need_redis_and_then_share_one_port(tmp_path: Path,
+                                                            redis_url: str) -> None:
+    env = _env(tmp_path, redis_url)
+    port = free_port()
+    if not redis_url:
+        code, output = run_flowsvc(env, "serve", "--bind", f"127.0.0.1:{port}", "--workers", "2")
+        assert code == 2
+        assert "--workers > 1 needs Redis (set FLOWSVC_REDIS_URL)" in output
+        assert "migrations applied" not in output  # refused before doing anything
+        return
+    parent = serve(env, port, "--workers", "2")
+    try:
+        workers = _children(parent.pid)
+        assert len(workers) == 2
+        # Freeze one worker: the other must answer on the shared port, and the other way round.
+        for frozen, expected in (workers, reversed(workers)):
+            os.kill(frozen, signal.SIGSTOP)
+            try:
+                assert _pid_answering(port) == expected
+            finally:
+                os.kill(frozen, signal.SIGCONT)
+        parent.send_signal(signal.SIGTERM)  # forwarded to the workers
+        assert parent.wait(timeout=30) == 0
+    finally:
+        output = stop([parent])[0]
+    assert output.count("flowsvc stopped cleanly") == 2, output
+
+
+def test_the_service_runs_its_migrations_and_serves_the_embedded_default(tmp_path: Path) -> None:
+    """No database URL, no Redis, no secrets: SQLite and secrets under var/, like `make serve`."""
+    env = {"FLOWSVC_SERVICE_VAR_DIR": str(tmp_path / "var"), "FLOWSVC_DATABASE_URL": "",
+           "FLOWSVC_REDIS_URL": "", "FLOWSVC_JWT_SECRET": "", "FLOWSVC_INTERNAL_TOKEN": "",
+           "FLOWSVC_PLUGINS_ENABLED": json.dumps(["auth"])}
+    port = free_port()
+    process = serve(env, port)
+    try:
+        nonce = httpx.post(f"http://127.0.0.1:{port}/auth/nonce",
+                           json={"address": "0x" + "12" * 20}, timeout=30)
+    finally:
+        stop([process])
+    assert nonce.status_code == 200
+    assert (tmp_path / "var" / "flowsvc.db").exists()
+    assert (tmp_path / "var" / "secrets.json").exists()
