@@ -7,7 +7,7 @@ import secrets
 
 from sqlalchemy import Connection, insert
 
-from plugins.auth.routes import hash_code
+from plugins.auth.identities import hash_code
 from plugins.auth.tables import access_codes
 from runtime.cli import Command
 from runtime.service import Service

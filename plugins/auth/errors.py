@@ -22,7 +22,8 @@ class SignatureInvalid(Unauthenticated):
 
 
 class TelegramInvalid(Unauthenticated):
-    """Raised when the messaging-platform initData hash does not match or the data is stale."""
+    """Raised when the messaging-platform initData hash does not match or is missing, the data
+    is stale or has no valid user, or no bot token is configured."""
 
     code = "telegram_invalid"
 

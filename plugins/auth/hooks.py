@@ -6,42 +6,30 @@ from datetime import timedelta
 from pathlib import Path
 
 from quart import Blueprint, Request, Response, g
-from sqlalchemy import MetaData
 
 from plugins.auth import tables
 from plugins.auth.commands import ACCESS_CODES
-from plugins.auth.routes import build_blueprint, rotation_due, settings_of
+from plugins.auth.housekeeping import housekeeper_actor
+from plugins.auth.routes import build_blueprint
+from plugins.auth.session_view import auth_state, session_view_actor
 from plugins.auth.sessions import (
-    REVOCATIONS_ACTOR,
     SessionClaims,
-    decode_token,
     extend_session,
     issue_token,
-    revocations_actor,
+    rotation_due,
     set_session_cookie,
 )
 from plugins.auth.settings import AuthSettings
 from runtime.actors import ActorSpec
 from runtime.cli import Command
 from runtime.hookspecs import hookimpl
+from runtime.plugin_kit import standard_hooks
 from runtime.principal import Credentials, Principal
-from runtime.service import PluginConfig, Service
+from runtime.service import Service
 from runtime.wire import utcnow
 
-
-@hookimpl
-def flowsvc_plugin_config() -> PluginConfig:
-    return PluginConfig("auth", AuthSettings)
-
-
-@hookimpl
-def flowsvc_tables() -> MetaData:
-    return tables.metadata
-
-
-@hookimpl
-def flowsvc_migrations() -> Path:
-    return Path(__file__).parent / "migrations"
+flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
+    "auth", AuthSettings, tables.metadata, Path(__file__).parent / "migrations")
 
 
 @hookimpl
@@ -51,7 +39,7 @@ def flowsvc_blueprints(service: Service) -> list[Blueprint]:
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
-    return [revocations_actor(service, settings_of(service).revocation_poll_seconds)]
+    return [session_view_actor(service), housekeeper_actor(service)]
 
 
 @hookimpl
@@ -60,18 +48,20 @@ def flowsvc_commands() -> list[Command]:
 
 
 @hookimpl
-async def flowsvc_authenticate(service: Service, credentials: Credentials) -> Principal | None:
-    """Sessions: the cookie, or a bearer JWT. An ``x-api-key`` request is never a session."""
-    if credentials.api_key is not None:
-        return None
-    token = credentials.bearer if credentials.bearer and credentials.bearer.count(".") == 2 \
-        else credentials.session_cookie
+def flowsvc_authenticate(service: Service, credentials: Credentials) -> Principal | None:
+    """Sessions: the cookie, or a bearer JWT. An ``x-api-key`` request is never a session.
+
+    CPU only: the token memo and the session view answer without I/O (docs/auth.md).
+    """
+    bearer = credentials.bearer
+    if credentials.api_key is not None or (bearer and bearer.startswith("sk_live_")):
+        return None  # an API key request is the keys plugin's, whatever cookie comes along
+    token = bearer if bearer and bearer.count(".") == 2 else credentials.session_cookie
     if token is None:
         return None
-    claims = decode_token(service.settings.jwt.secret, token)
-    if claims is None:
-        return None
-    if await service.registry.lookup(REVOCATIONS_ACTOR).call(("is_revoked", claims.session_id)):
+    state = auth_state(service)
+    claims = state.tokens.verify(token)
+    if claims is None or state.view.is_revoked(claims.session_id):
         return None
     g.session_claims = claims
     g.session_rotation = claims if token == credentials.session_cookie else None
@@ -86,12 +76,14 @@ async def flowsvc_after_request(service: Service, request: Request, response: Re
     claims: SessionClaims | None = g.get("session_rotation")
     if claims is None or response.status_code >= 400:
         return
-    if not rotation_due(claims, timedelta(hours=service.settings.jwt.rotate_after_hours)):
+    jwt_settings = service.settings.jwt
+    if not rotation_due(claims, jwt_settings.rotate_after_hours):
         return
     now = utcnow()
-    expires = now + timedelta(days=service.settings.jwt.session_days)
+    expires = now + timedelta(days=jwt_settings.session_days)
+    if not await service.db.write(extend_session, claims.session_id, expires):
+        return  # revoked while this request ran: no fresh token for it
     rotated = SessionClaims(claims.user_id, claims.session_id, claims.address,
                             int(now.timestamp()), int(expires.timestamp()))
-    await service.db.write(extend_session, claims.session_id, expires)
-    token = issue_token(service.settings.jwt.secret, rotated)
+    token = issue_token(jwt_settings.secret, rotated)
     set_session_cookie(response, service, token, rotated.expires_at - rotated.issued_at)

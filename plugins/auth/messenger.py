@@ -56,16 +56,22 @@ def validate_init_data(init_data: str, bot_token: str, max_age_seconds: int,
         raise TelegramInvalid("messaging-platform login is not configured on this service")
     fields = dict(parse_qsl(init_data, keep_blank_values=True))
     received = fields.get("hash", "")
-    if not received or not hmac.compare_digest(init_data_hash(fields, bot_token), received):
+    # Bytes, not str: compare_digest refuses non-ASCII strings with a TypeError.
+    expected = init_data_hash(fields, bot_token).encode()
+    if not received or not hmac.compare_digest(expected, received.encode()):
         raise TelegramInvalid("initData hash does not match")
     try:
         auth_date = int(fields["auth_date"])
         user = json.loads(fields["user"])
-        identity = MessengerIdentity(id=int(user["id"]), username=user.get("username"),
-                                     first_name=user.get("first_name"),
-                                     last_name=user.get("last_name"))
+        identity = MessengerIdentity(id=int(user["id"]), username=_text(user.get("username")),
+                                     first_name=_text(user.get("first_name")),
+                                     last_name=_text(user.get("last_name")))
     except (KeyError, ValueError, TypeError):
         raise TelegramInvalid("initData has no valid user or auth_date") from None
     if (now if now is not None else time.time()) - auth_date > max_age_seconds:
         raise TelegramInvalid("initData is too old; open the app again")
     return identity
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,28 +1,22 @@
-"""Routes of the auth plugin: /auth/* and /me."""
+"""Routes of the auth plugin: /auth/* and /me (shapes and errors in docs/auth.md)."""
 
 from __future__ import annotations
 
-import hashlib
-from datetime import timedelta
-from typing import Any
-
+import trio
 from pydantic import BaseModel, Field
 from quart import Blueprint, Response, g
 from quart_schema import document_response, validate_request
-from sqlalchemy import Connection, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, insert
 
-from plugins.auth.errors import (
-    CodeInvalid,
-    MessengerLinked,
-    NonceExpired,
-    NonceUsed,
-    SignatureInvalid,
+from plugins.auth.identities import consume_nonce, link_messenger, redeem_access_code
+from plugins.auth.messenger import validate_init_data
+from plugins.auth.session_view import (
+    announce_revoked,
+    announce_user_changed,
+    auth_state,
+    offer_user,
 )
-from plugins.auth.messenger import MessengerIdentity, validate_init_data
 from plugins.auth.sessions import (
-    REVOCATIONS_ACTOR,
-    REVOKED_CHANNEL,
     SessionClaims,
     clear_session_cookie,
     issue_token,
@@ -32,13 +26,13 @@ from plugins.auth.sessions import (
 )
 from plugins.auth.settings import AuthSettings
 from plugins.auth.siwe import SiweParams, build_message, expiry, new_nonce, nonce_of, recover_signer
-from plugins.auth.tables import access_codes, nonces
-from runtime.errors import InvalidRequest, NotFound, Unauthenticated
+from plugins.auth.tables import nonces
+from runtime.errors import InvalidRequest, Unauthenticated
 from runtime.http import json_response
 from runtime.principal import require_user
 from runtime.service import Service
-from runtime.users import User, create_user, find_user, get_user
-from runtime.wire import as_utc, iso, utcnow
+from runtime.users import User, get_user
+from runtime.wire import iso, utcnow
 
 ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
 
@@ -56,7 +50,9 @@ class NonceResponse(BaseModel):
 class VerifyRequest(BaseModel):
     address: str = Field(pattern=ADDRESS_PATTERN)
     message: str = Field(min_length=1, max_length=4096)
-    signature: str = Field(pattern=r"^(0x)?[0-9a-fA-F]{130}$")
+    # Any hex is accepted here: one that is not a 65-byte signature of the message by
+    # the address is answered signature_invalid (401), like a wrong signer.
+    signature: str = Field(pattern=r"^(0x)?[0-9a-fA-F]+$", max_length=1024)
 
 
 class MessengerRequest(BaseModel):
@@ -67,11 +63,18 @@ class AccessCodeRequest(BaseModel):
     code: str = Field(min_length=1, max_length=128)
 
 
+class MessengerBody(BaseModel):
+    id: str
+    username: str | None
+    firstName: str | None
+    lastName: str | None
+
+
 class UserBody(BaseModel):
     id: str
     address: str | None
     displayName: str
-    messenger: dict[str, Any] | None = None
+    messenger: MessengerBody | None = None
 
 
 class UserResponse(BaseModel):
@@ -90,33 +93,21 @@ def siwe_params(service: Service) -> SiweParams:
                       chain_id=settings.siwe_chain_id, statement=settings.siwe_statement)
 
 
-def hash_code(code: str) -> str:
-    return hashlib.sha256(code.strip().encode()).hexdigest()
-
-
-def short_address(address: str) -> str:
-    return f"{address[:6]}…{address[-4:]}"
-
-
-def _find_or_create(connection: Connection, where: dict[str, Any], **create: Any) -> User:
-    """The user matching ``where``, created with ``where`` and ``create`` at first sign-in."""
-    user = find_user(connection, **where)
-    if user is not None:
-        return user
-    try:
-        with connection.begin_nested():
-            return create_user(connection, **where, **create)
-    except IntegrityError:  # a concurrent first sign-in of the same identity won
-        found = find_user(connection, **where)
-        assert found is not None
-        return found
-
-
-async def _signed_in(service: Service, user: User, claims: SessionClaims) -> Response:
+def _signed_in(service: Service, user: User, claims: SessionClaims) -> Response:
+    """The sign-in response: the user, and the cookie of the new session."""
     token = issue_token(service.settings.jwt.secret, claims)
     response = json_response({"user": user.public()})
     set_session_cookie(response, service, token, claims.expires_at - claims.issued_at)
+    # A cookie the caller came with must not be rotated into this response: its second
+    # Set-Cookie would replace the new session's in the browser.
+    g.session_rotation = None
     return response
+
+
+def _caller_id() -> int | None:
+    """The signed-in user making a sign-in request (to link to), if any."""
+    principal = g.get("principal")
+    return principal.user_id if principal is not None and principal.via != "internal" else None
 
 
 def build_blueprint(service: Service) -> Blueprint:
@@ -147,29 +138,15 @@ def build_blueprint(service: Service) -> Blueprint:
         if nonce_value is None:
             raise InvalidRequest("message is not a SIWE message issued by this service",
                                  details=[{"field": "message", "message": "no nonce line"}])
+        # Recovery is milliseconds of CPU: done before the transaction, off the event loop.
+        signer = await trio.to_thread.run_sync(recover_signer, data.message, data.signature)
 
         def consume(connection: Connection) -> tuple[User, SessionClaims]:
-            row = connection.execute(select(nonces).where(nonces.c.nonce == nonce_value)).first()
-            if row is None or as_utc(row.expires_at) <= utcnow():
-                raise NonceExpired("the nonce is unknown or older than 5 minutes; ask a new one")
-            if row.used_at is not None:
-                raise NonceUsed("the nonce was already used; ask a new one")
-            if row.message != data.message or row.address != address:
-                raise InvalidRequest("message or address differs from the one issued",
-                                     details=[{"field": "message", "message": "not as issued"}])
-            if recover_signer(data.message, data.signature) != address:
-                raise SignatureInvalid("the signature does not match the address")
-            claimed = connection.execute(update(nonces).where(nonces.c.nonce == nonce_value)
-                                         .where(nonces.c.used_at.is_(None))
-                                         .values(used_at=utcnow())).rowcount
-            if claimed != 1:
-                raise NonceUsed("the nonce was already used; ask a new one")
-            user = _find_or_create(connection, {"address": address},
-                                   display_name=short_address(address))
+            user = consume_nonce(connection, nonce_value, address, data.message, signer)
             return user, start_session(connection, user.id, address, "siwe", days)
 
         user, claims = await service.db.write(consume)
-        return await _signed_in(service, user, claims)
+        return _signed_in(service, user, claims)
 
     @blueprint.post("/auth/messenger")
     @validate_request(MessengerRequest)
@@ -179,52 +156,42 @@ def build_blueprint(service: Service) -> Blueprint:
         settings = settings_of(service)
         identity = validate_init_data(data.initData, settings.bot_token,
                                       settings.messenger_max_age_seconds)
-        current = g.get("principal")
-        current_id = current.user_id if current and current.via != "internal" else None
+        current_id = _caller_id()
 
-        def link(connection: Connection) -> tuple[User, SessionClaims]:
-            user = _link_messenger(connection, identity, current_id)
-            return user, start_session(connection, user.id, user.address, "messenger", days)
+        def link(connection: Connection) -> tuple[User, bool, SessionClaims]:
+            user, changed = link_messenger(connection, identity, current_id)
+            claims = start_session(connection, user.id, user.address, "messenger", days)
+            return user, changed, claims
 
-        user, claims = await service.db.write(link)
-        return await _signed_in(service, user, claims)
+        user, changed, claims = await service.db.write(link)
+        if changed:
+            await announce_user_changed(service, user.id)
+        return _signed_in(service, user, claims)
 
     @blueprint.post("/auth/access-code")
     @validate_request(AccessCodeRequest)
     @document_response(UserResponse, 200)
     async def access_code(data: AccessCodeRequest) -> Response:
         """Sign in (or up) with a single-use access code."""
-        code_hash = hash_code(data.code)
-        current = g.get("principal")
-        current_id = current.user_id if current and current.via != "internal" else None
+        current_id = _caller_id()
 
         def redeem(connection: Connection) -> tuple[User, SessionClaims]:
-            user = get_user(connection, current_id) if current_id else None
-            if user is None:
-                user = create_user(connection, display_name="FLOW member")
-            used = connection.execute(
-                update(access_codes).where(access_codes.c.code_hash == code_hash)
-                .where(access_codes.c.used_at.is_(None))
-                .values(used_at=utcnow(), used_by=user.id)).rowcount
-            if used != 1:  # raising rolls back the user created above
-                raise CodeInvalid("the access code is unknown or already used")
+            user = redeem_access_code(connection, data.code, current_id)
             return user, start_session(connection, user.id, user.address, "access_code", days)
 
         user, claims = await service.db.write(redeem)
-        return await _signed_in(service, user, claims)
+        return _signed_in(service, user, claims)
 
     @blueprint.post("/auth/logout")
     async def logout() -> Response:
-        """Revoke the current session and clear the cookie (204)."""
+        """Revoke the current session everywhere and clear the cookie (204)."""
         principal = require_user()
-        if principal.via != "session" or principal.session_id is None:
+        claims: SessionClaims | None = g.get("session_claims")
+        if principal.via != "session" or claims is None:
             raise Unauthenticated("logout needs a session, not an API key")
-        session_id = principal.session_id
-        claims: SessionClaims = g.session_claims
-        await service.db.write(revoke_session, session_id)
-        await service.registry.lookup(REVOCATIONS_ACTOR).call(
-            ("revoked", session_id, float(claims.expires_at)))
-        await service.shared.publish(REVOKED_CHANNEL, f"{session_id} {claims.expires_at}")
+        stored_expiry = await service.db.write(revoke_session, claims.session_id)
+        await announce_revoked(service, claims.session_id,
+                               max(stored_expiry or 0, claims.expires_at))
         response = Response("", status=204)
         clear_session_cookie(response, service)
         g.session_rotation = None
@@ -233,35 +200,17 @@ def build_blueprint(service: Service) -> Blueprint:
     @blueprint.get("/me")
     @document_response(UserResponse, 200)
     async def me() -> Response:
-        """The signed-in user."""
+        """The signed-in user, from this process's cache when fresh (see docs/auth.md)."""
         principal = require_user()
-        user = await service.db.read(get_user, principal.user_id)
-        if user is None:
-            raise NotFound("the user no longer exists")
-        return json_response({"user": user.public()})
+        view = auth_state(service).view
+        body = view.cached_user(principal.user_id)
+        if body is None:
+            epoch = view.epoch  # taken before the read: a change during it voids the fill
+            user = await service.db.read(get_user, principal.user_id)
+            if user is None:
+                raise Unauthenticated("the user of this session no longer exists")
+            body = user.public()
+            offer_user(service, user.id, body, epoch)
+        return json_response({"user": body})
 
     return blueprint
-
-
-def _link_messenger(connection: Connection, identity: MessengerIdentity,
-                    current_id: int | None) -> User:
-    """The user of ``identity``: found, linked to the signed-in user, or created."""
-    linked = find_user(connection, messenger_id=identity.id)
-    if linked is not None:
-        if current_id is not None and linked.id != current_id:
-            raise MessengerLinked("this messaging account is linked to another user")
-        return linked
-    if current_id is not None:
-        from runtime.users import users
-
-        connection.execute(update(users).where(users.c.id == current_id).values(
-            messenger_id=identity.id, messenger=identity.public()))
-        user = get_user(connection, current_id)
-        assert user is not None
-        return user
-    return _find_or_create(connection, {"messenger_id": identity.id},
-                           display_name=identity.display_name(), messenger=identity.public())
-
-
-def rotation_due(claims: SessionClaims, rotate_after: timedelta) -> bool:
-    return utcnow().timestamp() - claims.issued_at >= rotate_after.total_seconds()

@@ -1,6 +1,6 @@
 """Tables of the auth plugin: SIWE nonces, sessions and access codes."""
 
-from sqlalchemy import BigInteger, Column, DateTime, MetaData, String, Table, Text
+from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -17,7 +17,7 @@ nonces = Table(
 sessions = Table(
     "auth_sessions", metadata,
     Column("id", String(32), primary_key=True),
-    Column("user_id", BigInteger, nullable=False, index=True),
+    Column("user_id", BigInteger, ForeignKey("users.id"), nullable=False, index=True),
     Column("method", String(16), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
@@ -29,5 +29,5 @@ access_codes = Table(
     Column("code_hash", String(64), primary_key=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("used_at", DateTime(timezone=True), nullable=True),
-    Column("used_by", BigInteger, nullable=True),
+    Column("used_by", BigInteger, ForeignKey("users.id"), nullable=True),
 )
