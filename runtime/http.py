@@ -23,7 +23,7 @@ from quart_schema.openapi import Info
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from runtime import idempotency
+from runtime import idempotency, limits
 from runtime.errors import (
     InternalError,
     InvalidRequest,
@@ -101,8 +101,10 @@ def _http_exception(exc: HTTPException) -> ServiceError:
     if exc.code == 405:
         return MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
     if exc.code == 413:
+        # The rest of the body stays unread, so this connection cannot carry another request.
         return PayloadTooLarge(
-            f"the request body is over {current_service().settings.service.max_body_bytes} bytes")
+            f"the request body is over {current_service().settings.service.max_body_bytes} bytes",
+            headers={"Connection": "close"})
     if exc.code == 400:
         return InvalidRequest("the request body is not valid JSON")
     error = ServiceError(exc.description or "request failed")
@@ -143,6 +145,8 @@ def _install_pipeline(app: Quart, service: Service) -> None:
             if principal is not None:
                 g.principal = principal
                 break
+        await limits.check_request(service.shared, request.path, g.principal, g.client_ip,
+                                   settings.internal.token, settings.limits)
         await gather_hook(service.pm.hook.flowsvc_before_request, service=service,
                           request=request, principal=g.principal)
         return await _idempotency_begin(service)

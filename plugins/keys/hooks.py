@@ -1,0 +1,78 @@
+"""Hook implementations of the keys plugin."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+from quart import Blueprint, Request, Response
+
+from plugins.keys import pipeline, tables
+from plugins.keys.directory import directory_actor
+from plugins.keys.meter import meter_actor
+from plugins.keys.routes import build_blueprint
+from plugins.keys.settings import KeysSettings
+from plugins.keys.state import keys_state
+from plugins.keys.usage import usage_actor
+from runtime.actors import ActorSpec
+from runtime.hookspecs import hookimpl
+from runtime.plugin_kit import standard_hooks
+from runtime.principal import Credentials, Principal
+from runtime.service import ReadinessCheck, Service
+
+flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
+    "keys", KeysSettings, tables.metadata, Path(__file__).parent / "migrations")
+
+
+@hookimpl
+def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    return [build_blueprint(service)]
+
+
+@hookimpl
+def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    state = keys_state(service)
+    settings = state.settings
+    return [
+        directory_actor(state.directory, service.db, service.shared,
+                        settings.invalidation_poll_seconds),
+        meter_actor(state),
+        usage_actor(service.db, state.usage, batch=settings.usage_batch,
+                    flush_seconds=settings.usage_flush_seconds,
+                    retention_days=settings.usage_retention_days),
+    ]
+
+
+@hookimpl
+def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
+    usage = keys_state(service).usage
+
+    async def usage_log() -> dict[str, Any]:
+        return usage.status()
+
+    return [ReadinessCheck("keys.usage", usage_log)]
+
+
+# The request hooks are plain functions that return an awaitable only when there is
+# something to wait for: most requests carry no key, and a known key needs no I/O.
+
+
+@hookimpl
+def flowsvc_authenticate(service: Service, credentials: Credentials
+                         ) -> Principal | None | Awaitable[Principal | None]:
+    return pipeline.authenticate(service, credentials)
+
+
+@hookimpl
+def flowsvc_before_request(service: Service, request: Request,
+                           principal: Principal | None) -> Awaitable[None] | None:
+    if principal is not None and principal.via == "api_key":
+        return pipeline.admit(service, request)
+    return None
+
+
+@hookimpl
+def flowsvc_after_request(service: Service, request: Request, response: Response,
+                          principal: Principal | None) -> Awaitable[None] | None:
+    return pipeline.finish(service, request, response, principal)

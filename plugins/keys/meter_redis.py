@@ -1,0 +1,243 @@
+"""The Redis meter backend: one atomic script call for a whole batch of key requests.
+
+Every process sends its key requests to its ``keys.meter`` actor's batcher, which runs
+them through one Lua script per round trip: under load, all the requests that arrived
+while the previous call was out go together (a call costs about 130 us of client CPU,
+an item in a batch about 30 us). The script is atomic, so two processes sharing one Redis
+enforce one cap per key, one bucket per user and one spend per period.
+
+For each item the script meters, in order: the key's sliding window (``keys:win:<id>``),
+the period spend (hash ``keys:spend:<id>`` holding ``pk`` and ``used``), and the owner's
+service-wide bucket. The bucket is the very sorted set ``RedisSharedState.hit_window``
+keeps for ``runtime.limits.user_bucket`` (``win:user:<id>``, scores and members in
+milliseconds), so session and key requests of a user share it; a test guards that layout.
+A spend hash that is missing (expired after 40 idle days, or Redis was emptied) or holds an
+older period starts from the database's figure (``seed``), so a restart of Redis or of a
+process does not reset a period's spend.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from datetime import datetime
+from itertools import count
+from typing import Any
+
+import trio
+from coredis.exceptions import RedisError
+
+from plugins.keys.meter import STATUSES, MeterItem, MeterResult, SpendLedger
+from plugins.keys.records import KeyRecord
+from runtime.errors import Unavailable
+from runtime.limits import WINDOW_SECONDS, user_bucket
+from runtime.shared import RedisSharedState
+
+log = logging.getLogger("flowsvc.keys")
+_FIELDS_PER_ITEM = 9
+_SPEND_TTL_MS = 40 * 86_400_000
+_MAX_QUEUE = 10_000
+
+# KEYS: per item: key window, user window, spend hash.
+# ARGV[1] = now (ms); per item: mode, key rpm, user rpm, limit (-1: none), cost, period key,
+# seed, window member, spend TTL (ms).
+# Returns per item: status (0 ok, 1 key rate, 2 user rate, 3 spend), key count, oldest key
+# hit (ms, -1 none), oldest user hit (ms, -1 unknown), used, period key, applied spend.
+_METER_LUA = """
+local now = tonumber(ARGV[1])
+local window = WINDOW_MS
+local out = {}
+for i = 1, #KEYS / 3 do
+  local kw, uw, sp = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  local a = 2 + (i - 1) * 9
+  local mode, key_rpm, user_rpm = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local limit, cost, pk = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local seed, member, ttl = tonumber(ARGV[a + 6]), ARGV[a + 7], tonumber(ARGV[a + 8])
+  local stored = redis.call('HMGET', sp, 'pk', 'used')
+  local spk, used = tonumber(stored[1]), tonumber(stored[2])
+  if spk == nil or spk < pk then
+    spk, used = pk, seed
+    redis.call('HSET', sp, 'pk', spk, 'used', used)
+    redis.call('PEXPIRE', sp, ttl)
+  end
+  local status, kcount, uoldest, applied = 0, 0, -1, 0
+  local counting = mode == 1 and key_rpm > 0
+  if counting then
+    redis.call('ZREMRANGEBYSCORE', kw, '-inf', now - window)
+    kcount = redis.call('ZCARD', kw)
+    if kcount >= key_rpm then status = 1 end
+  end
+  if status == 0 and mode ~= 3 and limit >= 0 and used >= limit then status = 3 end
+  if status == 0 and mode == 1 and user_rpm > 0 then
+    redis.call('ZREMRANGEBYSCORE', uw, '-inf', now - window)
+    if redis.call('ZCARD', uw) >= user_rpm then
+      status = 2
+      local oldest = redis.call('ZRANGE', uw, 0, 0, 'WITHSCORES')
+      if oldest[2] then uoldest = tonumber(oldest[2]) end
+    end
+  end
+  if status == 0 then
+    if counting then
+      redis.call('ZADD', kw, now, member)
+      redis.call('PEXPIRE', kw, window)
+      kcount = kcount + 1
+    end
+    if mode == 1 and user_rpm > 0 then
+      redis.call('ZADD', uw, now, member)
+      redis.call('PEXPIRE', uw, window)
+    end
+    if mode == 3 then
+      if spk == pk then applied = -math.min(cost, used) end
+    else
+      applied = cost
+    end
+    if applied ~= 0 then
+      used = redis.call('HINCRBY', sp, 'used', applied)
+      redis.call('PEXPIRE', sp, ttl)
+    end
+  end
+  local koldest = -1
+  if counting then
+    local oldest = redis.call('ZRANGE', kw, 0, 0, 'WITHSCORES')
+    if oldest[2] then koldest = tonumber(oldest[2]) end
+  end
+  for _, value in ipairs({status, kcount, koldest, uoldest, used, spk, applied}) do
+    out[#out + 1] = value
+  end
+end
+return out
+""".replace("WINDOW_MS", str(int(WINDOW_SECONDS * 1000)))
+
+# KEYS: spend hashes. Returns pk, used of each (false when missing).
+_READ_SPEND_LUA = """
+local out = {}
+for i = 1, #KEYS do
+  local stored = redis.call('HMGET', KEYS[i], 'pk', 'used')
+  out[#out + 1] = stored[1] or -1
+  out[#out + 1] = stored[2] or 0
+end
+return out
+"""
+
+
+class _Slot:
+    """Where the batcher puts one item's answer."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: MeterResult | None = None
+        self.error: Exception | None = None
+
+    def finish(self, result: MeterResult | None, error: Exception | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+
+class RedisMeter:
+    """Meters kept in Redis; ``run`` is the batcher, owned by the ``keys.meter`` actor.
+
+    :param shared: the Redis shared state (its client and key prefix).
+    :param max_batch: items per script call at most.
+    :param timeout: seconds a script call may take before its items fail with 503.
+    """
+
+    def __init__(self, shared: RedisSharedState, max_batch: int, timeout: float) -> None:
+        self._shared = shared
+        self._script = shared.client.register_script(_METER_LUA)
+        self._read_script = shared.client.register_script(_READ_SPEND_LUA)
+        self._max_batch = max_batch
+        self._timeout = timeout
+        self._queue: list[tuple[MeterItem, _Slot]] = []
+        self._wake = trio.Event()
+        self._running = False
+        self._member_tag = secrets.token_hex(4)
+        self._members = count()
+        self.spend = SpendLedger()
+
+    async def meter(self, item: MeterItem, now: float) -> MeterResult:
+        """Queue ``item`` for the next script call and wait for its answer.
+
+        :raises Unavailable: the batcher is not running, is too far behind, or Redis failed.
+        """
+        if not self._running or len(self._queue) >= _MAX_QUEUE:
+            raise Unavailable("the API key meter is unavailable")
+        slot = _Slot()
+        self._queue.append((item, slot))
+        self._wake.set()
+        await slot.done.wait()
+        if slot.error is not None:
+            raise slot.error
+        assert slot.result is not None
+        return slot.result
+
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        """The batcher: one script call at a time, each with everything queued meanwhile."""
+        self._running = True
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self._queue:
+                    batch = self._queue[:self._max_batch]
+                    del self._queue[:self._max_batch]
+                    await self._execute(batch)
+        finally:
+            self._running = False
+            error = Unavailable("the API key meter stopped")
+            for _, slot in self._queue:
+                slot.finish(None, error)
+            self._queue.clear()
+
+    async def _execute(self, batch: list[tuple[MeterItem, _Slot]]) -> None:
+        now_ms = int(time.time() * 1000)
+        keys: list[str] = []
+        args: list[int | str] = [now_ms]
+        for item, _ in batch:
+            keys += [self._shared.key(f"keys:win:{item.key_id}"),
+                     self._shared.key("win:" + user_bucket(item.user_id)),
+                     self._shared.key(f"keys:spend:{item.key_id}")]
+            args += [item.mode, item.key_rpm, item.user_rpm,
+                     -1 if item.limit is None else item.limit, item.cost, item.period_key,
+                     item.seed, f"{now_ms}:{self._member_tag}{next(self._members)}",
+                     _SPEND_TTL_MS]
+        try:
+            with trio.fail_after(self._timeout):
+                reply: list[int] = await self._script(keys=keys, args=args)
+        except (Exception, trio.TooSlowError) as exc:
+            log.warning("key meter script failed: %s", type(exc).__name__)
+            error = Unavailable("the API key meter cannot reach Redis")
+            for _, slot in batch:
+                slot.finish(None, error)
+            return
+        for index, (item, slot) in enumerate(batch):
+            status, kcount, koldest, uoldest, used, period, applied = (
+                int(value) for value in reply[index * 7:index * 7 + 7])
+            self.spend.add(item.key_id, period, applied)
+            slot.finish(MeterResult(
+                STATUSES[status], kcount,
+                None if koldest < 0 else koldest / 1000, None if uoldest < 0 else uoldest / 1000,
+                used, period, applied))
+
+    async def period_used(self, records: list[KeyRecord], now: datetime) -> dict[int, int]:
+        """The live period spend of each key, from Redis (the database's when Redis has none).
+
+        :raises Unavailable: Redis cannot be reached.
+        """
+        if not records:
+            return {}
+        try:
+            reply: list[Any] = await self._read_script(
+                keys=[self._shared.key(f"keys:spend:{record.id}") for record in records],
+                args=[])
+        except (RedisError, OSError) as exc:
+            raise Unavailable("the API key meter cannot reach Redis") from exc
+        used = {}
+        for index, record in enumerate(records):
+            current = record.current_period_key(now)
+            stored_key, stored_used = int(reply[2 * index]), int(reply[2 * index + 1])
+            # Like the script: Redis holds the current period, or it starts from the database.
+            used[record.id] = stored_used if stored_key >= current \
+                else record.stored_spend(current)
+        return used

@@ -1,0 +1,277 @@
+"""Routes of the keys plugin: ``/me/api-keys`` and a key's usage and recent calls.
+
+They accept a cookie session, a bearer session or an API key alike (``require_user``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from quart import Blueprint, Response, g, request
+from quart_schema import document_response, validate_querystring, validate_request
+from sqlalchemy import Connection
+
+from plugins.keys.directory import announce_change
+from plugins.keys.periods import SpendPeriod, UsageSince, since_time
+from plugins.keys.records import (
+    KeyRecord,
+    get_owned,
+    insert_key,
+    list_active,
+    new_raw_key,
+    revoke,
+    update_limits,
+)
+from plugins.keys.state import KeysState, keys_state
+from plugins.keys.usage import recent, summary
+from runtime import idempotency
+from runtime.errors import InvalidRequest, NotFound
+from runtime.http import json_response
+from runtime.principal import require_user
+from runtime.service import Service
+from runtime.wire import iso, parse_flow, utcnow
+
+MAX_SPEND_LIMIT = 10**15  # micro-FLOW: 10^9 FLOW, far below 2^53 so Redis' Lua numbers stay exact
+DEFAULT_RATE_LIMIT_RPM = 60
+PAGE_DEFAULT, PAGE_MAX, RECENT_MAX = 20, 100, 200
+NAME = Field(min_length=1, max_length=64, pattern=r"\S")
+FlowAmount = str | int | float | None
+
+
+class CreateKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = NAME
+    rate_limit_rpm: StrictInt = Field(DEFAULT_RATE_LIMIT_RPM, ge=0)
+    spend_limit_flow: FlowAmount = Field(None, description="decimal string; omitted: no cap")
+    spend_period: SpendPeriod = "month"
+
+
+class PatchKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"\S")
+    rate_limit_rpm: StrictInt | None = Field(None, ge=0)
+    spend_limit_flow: FlowAmount = Field(None, description="decimal string; null: no cap")
+    spend_period: SpendPeriod | None = None
+
+
+class PageQuery(BaseModel):
+    cursor: str | None = None
+    limit: int = Field(PAGE_DEFAULT, ge=1)
+
+
+class UsageQuery(BaseModel):
+    since: UsageSince = "month"
+
+
+class RecentQuery(BaseModel):
+    limit: int | None = Field(None, ge=1)
+
+
+class KeyBody(BaseModel):
+    id: str
+    name: str
+    prefix: str
+    rate_limit_rpm: int
+    spend_limit_flow: str | None
+    spend_period: SpendPeriod
+    spend_period_used: str
+    spend_period_reset: str
+    created_at: str
+    last_used_at: str | None
+    revoked_at: str | None
+
+
+class CreatedKeyBody(KeyBody):
+    raw_key: str | None = Field(description="the raw key, in this response only; null in the "
+                                            "replay of a repeated Idempotency-Key")
+
+
+class CreatedKeyResponse(BaseModel):
+    key: CreatedKeyBody
+
+
+class KeyResponse(BaseModel):
+    key: KeyBody
+
+
+class KeyListResponse(BaseModel):
+    keys: list[KeyBody]
+    nextCursor: str | None
+
+
+class UsageResponse(BaseModel):
+    usage: dict[str, Any]
+
+
+class RecentResponse(BaseModel):
+    calls: list[dict[str, Any]]
+
+
+async def _exact_field(name: str) -> Any:
+    """A body field parsed without floats: JSON numbers come as ``Decimal``, so an amount
+    with more than 6 decimals is refused instead of rounded."""
+    body = json.loads(await request.get_data(as_text=True), parse_float=Decimal)
+    value = body.get(name) if isinstance(body, dict) else None
+    return str(value) if isinstance(value, Decimal) else value
+
+
+async def _spend_limit() -> int | None:
+    value = await _exact_field("spend_limit_flow")
+    if value is None:
+        return None
+    micro = parse_flow(value, "spend_limit_flow")
+    if micro > MAX_SPEND_LIMIT:
+        raise _invalid("spend_limit_flow", "must be at most 1000000000 FLOW")
+    return micro
+
+
+def _invalid(field: str, message: str) -> InvalidRequest:
+    return InvalidRequest(f"{field} {message}", details=[{"field": field, "message": message}])
+
+
+def _check_rpm(state: KeysState, rpm: int | None) -> None:
+    if rpm is not None and rpm > state.settings.max_rate_limit_rpm:
+        raise _invalid("rate_limit_rpm", f"must be at most {state.settings.max_rate_limit_rpm}")
+
+
+def _encode_cursor(key_id: int) -> str:
+    return base64.urlsafe_b64encode(f"k{key_id}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if text.startswith("k") and text[1:].isdigit():
+            return int(text[1:])
+    except (binascii.Error, UnicodeDecodeError):
+        pass
+    raise _invalid("cursor", "is not a cursor this endpoint returned")
+
+
+async def _public(state: KeysState, records: list[KeyRecord]) -> list[dict[str, Any]]:
+    now = utcnow()
+    used = await state.meter.period_used(records, now)
+    return [record.public(used[record.id], now) for record in records]
+
+
+def build_blueprint(service: Service) -> Blueprint:
+    blueprint = Blueprint("keys", __name__)
+
+    async def owned(key_id: int) -> KeyRecord:
+        principal = require_user()
+        record = await service.db.read(get_owned, principal.user_id, key_id)
+        if record is None:
+            raise NotFound(f"you have no API key {key_id}")
+        return record
+
+    @blueprint.post("/me/api-keys")
+    @validate_request(CreateKey)
+    @document_response(CreatedKeyResponse, 201)
+    async def create(data: CreateKey) -> Response:
+        """Create a key; the raw key is in this response and never again."""
+        principal = require_user()
+        state = keys_state(service)
+        _check_rpm(state, data.rate_limit_rpm)
+        spend_limit = await _spend_limit()
+        raw_key = new_raw_key()
+        # The core would store this response, raw key included, to replay it for a repeated
+        # Idempotency-Key. The raw key must never be stored, so this route stores the
+        # replay itself, without it, in the transaction that creates the key.
+        claimed: tuple[str, str] | None = g.pop("idempotency", None)
+
+        def create_key(connection: Connection) -> KeyRecord:
+            now = utcnow()
+            record = insert_key(
+                connection, user_id=principal.user_id, name=data.name,
+                rate_limit_rpm=data.rate_limit_rpm, spend_limit=spend_limit,
+                spend_period=data.spend_period, raw_key=raw_key,
+                max_keys=state.settings.max_keys_per_user, now=now)
+            if claimed is not None:
+                replay = json.dumps({"key": {**record.public(0, now), "raw_key": None}},
+                                    separators=(",", ":")).encode()
+                idempotency.complete(connection, *claimed, idempotency.StoredResponse(
+                    201, replay, "application/json"))
+            return record
+
+        record = await service.db.write(create_key)
+        body = record.public(0, utcnow())
+        return json_response({"key": {**body, "raw_key": raw_key}}, 201)
+
+    @blueprint.get("/me/api-keys")
+    @validate_querystring(PageQuery)
+    @document_response(KeyListResponse, 200)
+    async def list_keys(query_args: PageQuery) -> Response:
+        """The caller's active keys, newest first, a page at a time."""
+        principal = require_user()
+        before = _decode_cursor(query_args.cursor) if query_args.cursor else None
+        limit = min(query_args.limit, PAGE_MAX)
+        records = await service.db.read(list_active, principal.user_id, before, limit + 1)
+        page = records[:limit]
+        next_cursor = _encode_cursor(page[-1].id) if len(records) > limit else None
+        return json_response({"keys": await _public(keys_state(service), page),
+                              "nextCursor": next_cursor})
+
+    @blueprint.patch("/me/api-keys/<int:key_id>")
+    @validate_request(PatchKey)
+    @document_response(KeyResponse, 200)
+    async def patch(key_id: int, data: PatchKey) -> Response:
+        """Change the fields passed; a new ``spend_period`` starts again from 0."""
+        principal = require_user()
+        state = keys_state(service)
+        passed = data.model_fields_set
+        for field in ("name", "rate_limit_rpm", "spend_period"):
+            if field in passed and getattr(data, field) is None:
+                raise _invalid(field, "must not be null")
+        _check_rpm(state, data.rate_limit_rpm)
+        changes: dict[str, Any] = {field: getattr(data, field) for field in
+                                   ("name", "rate_limit_rpm", "spend_period") if field in passed}
+        if "spend_limit_flow" in passed:
+            changes["spend_limit"] = await _spend_limit()
+        record = await service.db.write(
+            update_limits, principal.user_id, key_id, changes, utcnow())
+        if record is None:
+            raise NotFound(f"you have no active API key {key_id}")
+        await announce_change(state.directory, service.shared, key_id)
+        return json_response({"key": (await _public(state, [record]))[0]})
+
+    @blueprint.delete("/me/api-keys/<int:key_id>")
+    async def delete(key_id: int) -> Response:
+        """Revoke the key (204); it answers 401 from then on, everywhere."""
+        principal = require_user()
+        record = await service.db.write(revoke, principal.user_id, key_id, utcnow())
+        if record is None:
+            raise NotFound(f"you have no active API key {key_id}")
+        await announce_change(keys_state(service).directory, service.shared, key_id)
+        return Response("", status=204)
+
+    @blueprint.get("/me/api-keys/<int:key_id>/usage")
+    @validate_querystring(UsageQuery)
+    @document_response(UsageResponse, 200)
+    async def usage(key_id: int, query_args: UsageQuery) -> Response:
+        """Totals of the key's usage log since the start of this day, week or month, or all."""
+        record = await owned(key_id)
+        now = utcnow()
+        start = since_time(query_args.since, now)
+        totals = await service.db.read(summary, record.id, start)
+        return json_response({"usage": {
+            "key_id": str(record.id), "since": query_args.since,
+            "from": None if start is None else iso(start), "to": iso(now), **totals}})
+
+    @blueprint.get("/me/api-keys/<int:key_id>/recent")
+    @validate_querystring(RecentQuery)
+    @document_response(RecentResponse, 200)
+    async def recent_calls(key_id: int, query_args: RecentQuery) -> Response:
+        """The key's newest calls, newest first; ``limit`` is clamped to 200."""
+        record = await owned(key_id)
+        limit = min(query_args.limit or keys_state(service).settings.recent_default_limit,
+                    RECENT_MAX)
+        return json_response({"calls": await service.db.read(recent, record.id, limit)})
+
+    return blueprint
+
+

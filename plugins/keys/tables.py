@@ -1,0 +1,58 @@
+"""Tables of the keys plugin: the key records and their usage log.
+
+Amounts are BigInteger micro-FLOW. ``spend_used`` is the spend of the period identified by
+``spend_period_key`` (see ``plugins.keys.periods``); ``spend_epoch`` grows whenever
+``spend_period`` changes, so that spend flushed for an older period can never land in the
+new one.
+"""
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+)
+
+from runtime.users import Id
+
+metadata = MetaData()
+
+api_keys = Table(
+    "api_keys", metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("user_id", BigInteger, ForeignKey("users.id"), nullable=False, index=True),
+    Column("name", String(64), nullable=False),
+    Column("prefix", String(12), nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("rate_limit_rpm", Integer, nullable=False),
+    Column("spend_limit", BigInteger, nullable=True),
+    Column("spend_period", String(8), nullable=False),
+    Column("spend_epoch", Integer, nullable=False),
+    Column("spend_period_key", BigInteger, nullable=False),
+    Column("spend_used", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("last_used_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+api_key_usage = Table(
+    "api_key_usage", metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("key_id", BigInteger, ForeignKey("api_keys.id"), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("kind", String(8), nullable=False),
+    Column("method", String(8), nullable=True),
+    Column("route", String(255), nullable=True),
+    Column("status", Integer, nullable=True),
+    Column("cost", BigInteger, nullable=False),
+    Column("model", String(64), nullable=True),
+    Column("latency_us", BigInteger, nullable=True),
+    Index("ix_api_key_usage_key_id_at", "key_id", "at"),
+    Index("ix_api_key_usage_at", "at"),
+)

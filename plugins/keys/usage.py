@@ -1,0 +1,209 @@
+"""The usage log: one row per key request or charge, written in batches by ``keys.usage``.
+
+Requests never wait for it. Each request appends its entry to the actor's bounded buffer
+(``usage_buffer`` entries) without yielding to Trio: no task switch and no wake-up per
+entry (a mailbox message costs a checkpoint each, which under load made the writer fall
+behind). An entry that does not fit is dropped and counted
+(``flowsvc_keys_usage_dropped_total`` and ``GET /readyz``), so a slow or failing database
+slows no request. The actor wakes at the first entry, lets ``usage_flush_seconds`` of
+entries gather, then writes them ``usage_batch`` at a time, one transaction each, which
+also moves each key's ``last_used_at`` forward once: no write per request. A batch the
+database refuses is dropped and counted too. What is buffered when the service stops is
+written before the actor ends. Rows older than ``usage_retention_days`` are purged hourly.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any, Literal, NamedTuple
+
+import trio
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy import Connection, case, delete, func, insert, or_, select, update
+
+from plugins.keys.tables import api_key_usage, api_keys
+from runtime.actors import ActorSpec, Mailbox
+from runtime.storage import Database
+from runtime.wire import as_utc, format_flow, iso, utcnow
+
+log = logging.getLogger("flowsvc.keys")
+USAGE_ACTOR = "keys.usage"
+PURGE_INTERVAL_SECONDS = 3600.0
+
+
+class UsageEntry(NamedTuple):
+    """One line of a key's usage log; ``method``, ``route``, ``status`` and ``latency_us``
+    are None for a charge made by a plugin. (A named tuple: one is made per key request.)"""
+
+    key_id: int
+    at: datetime
+    kind: Literal["request", "charge"]
+    method: str | None
+    route: str | None
+    status: int | None
+    cost: int
+    model: str | None
+    latency_us: int | None
+
+
+class UsageLog:
+    """The usage log's buffer: filled by requests, emptied by the ``keys.usage`` actor.
+
+    :param capacity: entries it holds at most; more are dropped and counted.
+    :param metrics: the service's collector registry.
+    """
+
+    def __init__(self, capacity: int, metrics: CollectorRegistry) -> None:
+        self._capacity = capacity
+        self._entries: list[UsageEntry] = []
+        self._arrived = trio.Event()
+        self._dropped = Counter("flowsvc_keys_usage_dropped",
+                                "API key usage entries dropped, by reason",
+                                ["reason"], registry=metrics)
+        self.dropped: dict[str, int] = {"overflow": 0, "write_failed": 0}
+
+    def log(self, entry: UsageEntry) -> None:
+        """Buffer ``entry`` for the writer, or drop and count it when the buffer is full."""
+        if len(self._entries) >= self._capacity:
+            self.count_dropped("overflow", 1)
+            return
+        self._entries.append(entry)
+        if len(self._entries) == 1:
+            self._arrived.set()
+
+    def log_charge(self, key_id: int, at: datetime, cost: int, model: str) -> None:
+        self.log(UsageEntry(key_id, at, "charge", None, None, None, cost, model, None))
+
+    async def wait(self) -> None:
+        """Wait until the buffer holds an entry (the actor's side)."""
+        if not self._entries:
+            self._arrived = trio.Event()
+            await self._arrived.wait()
+
+    def take(self) -> list[UsageEntry]:
+        """Everything buffered, leaving the buffer empty (the actor's side)."""
+        entries, self._entries = self._entries, []
+        return entries
+
+    def count_dropped(self, reason: str, entries: int) -> None:
+        self.dropped[reason] += entries
+        self._dropped.labels(reason=reason).inc(entries)
+
+    def status(self) -> dict[str, Any]:
+        """Buffered and dropped entries (a detail of ``GET /readyz``; never makes it fail)."""
+        return {"buffered": len(self._entries),
+                "dropped_overflow": self.dropped["overflow"],
+                "dropped_write_failed": self.dropped["write_failed"]}
+
+
+def write_entries(connection: Connection, entries: list[UsageEntry]) -> None:
+    """Insert ``entries`` and move each key's ``last_used_at`` to its newest entry."""
+    connection.execute(insert(api_key_usage), [
+        {"key_id": entry.key_id, "at": entry.at, "kind": entry.kind, "method": entry.method,
+         "route": entry.route, "status": entry.status, "cost": entry.cost,
+         "model": entry.model, "latency_us": entry.latency_us} for entry in entries])
+    newest: dict[int, datetime] = {}
+    for entry in entries:
+        newest[entry.key_id] = max(entry.at, newest.get(entry.key_id, entry.at))
+    for key_id, at in newest.items():
+        connection.execute(update(api_keys).where(
+            api_keys.c.id == key_id,
+            or_(api_keys.c.last_used_at.is_(None), api_keys.c.last_used_at < at))
+            .values(last_used_at=at))
+
+
+def purge_before(connection: Connection, moment: datetime) -> int:
+    result = connection.execute(delete(api_key_usage).where(api_key_usage.c.at < moment))
+    return result.rowcount
+
+
+def usage_actor(db: Database, usage: UsageLog, *, batch: int, flush_seconds: float,
+                retention_days: int) -> ActorSpec:
+    """The ``keys.usage`` actor: writes ``usage``'s buffer to the database in batches."""
+
+    async def write(entries: list[UsageEntry]) -> None:
+        for start in range(0, len(entries), batch):
+            chunk = entries[start:start + batch]
+            try:
+                await db.write(write_entries, chunk)
+            except Exception:  # best effort: the log must not stall behind a failing database
+                usage.count_dropped("write_failed", len(chunk))
+                log.warning("dropped %d usage entries: the database refused them", len(chunk),
+                            exc_info=True)
+
+    async def purge() -> None:
+        while True:
+            try:
+                await db.write(purge_before, utcnow() - timedelta(days=retention_days))
+            except Exception:
+                log.warning("usage purge failed; retrying later", exc_info=True)
+            await trio.sleep(PURGE_INTERVAL_SECONDS)
+
+    async def writer() -> None:
+        while True:
+            await usage.wait()
+            await trio.sleep(flush_seconds)  # let a batch gather
+            await write(usage.take())
+
+    async def run(mailbox: Mailbox, *,
+                  task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(purge)
+                nursery.start_soon(writer)
+                task_status.started()
+                async for envelope in mailbox:  # it takes no messages; it ends when closed
+                    envelope.fail(TypeError("keys.usage takes no messages"))
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + 3.0
+                await write(usage.take())
+
+    return ActorSpec(name=USAGE_ACTOR, run=run, mailbox_size=1)
+
+
+def summary(connection: Connection, key_id: int, since: datetime | None) -> dict[str, Any]:
+    """Totals of a key's log since ``since`` (all of it when None), and by model."""
+    usage = api_key_usage.c
+    query = (select(usage.model, usage.kind, func.count().label("n"),
+                    func.coalesce(func.sum(usage.cost), 0).label("cost"),
+                    func.coalesce(func.sum(case((usage.status >= 400, 1), else_=0)), 0)
+                    .label("errors"),
+                    func.coalesce(func.sum(usage.latency_us), 0).label("latency"))
+             .where(usage.key_id == key_id).group_by(usage.model, usage.kind))
+    if since is not None:
+        query = query.where(usage.at >= since)
+    totals = {"requests": 0, "charges": 0, "errors": 0, "cost": 0, "latency": 0}
+    models: dict[str, dict[str, int]] = {}
+    for row in connection.execute(query):
+        count_name = "requests" if row.kind == "request" else "charges"
+        totals[count_name] += int(row.n)
+        totals["errors"] += int(row.errors)
+        totals["cost"] += int(row.cost)
+        totals["latency"] += int(row.latency)
+        model = models.setdefault(row.model or "unknown", {"requests": 0, "charges": 0, "cost": 0})
+        model[count_name] += int(row.n)
+        model["cost"] += int(row.cost)
+    by_model = [{"model": name, "requests": figures["requests"], "charges": figures["charges"],
+                 "cost_flow": format_flow(figures["cost"])}
+                for name, figures in sorted(models.items(), key=lambda item: (-item[1]["cost"],
+                                                                             item[0]))]
+    average = totals["latency"] / totals["requests"] / 1000 if totals["requests"] else None
+    return {"requests": totals["requests"], "charges": totals["charges"],
+            "errors": totals["errors"], "cost_flow": format_flow(totals["cost"]),
+            "avg_latency_ms": None if average is None else round(average, 3),
+            "by_model": by_model}
+
+
+def recent(connection: Connection, key_id: int, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` entries of a key's log, newest first, in their public shape."""
+    usage = api_key_usage.c
+    rows = connection.execute(select(api_key_usage).where(usage.key_id == key_id)
+                              .order_by(usage.at.desc(), usage.id.desc()).limit(limit))
+    return [{"at": iso(as_utc(row.at)), "kind": row.kind, "method": row.method,
+             "route": row.route, "status": row.status, "cost_flow": format_flow(row.cost),
+             "model": row.model,
+             "latency_ms": None if row.latency_us is None else round(row.latency_us / 1000, 3)}
+            for row in rows]
