@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
@@ -18,6 +19,7 @@ import trio
 from runtime.agents import CommitInfo
 
 GIT_USER_NAME = "flowsvc agent"
+_SHA = re.compile(r"^[0-9a-f]{7,64}$")
 GIT_USER_EMAIL = "agent@flowsvc.invalid"
 
 # Agent-written content must never execute on commit, and a host's global or system
@@ -160,22 +162,33 @@ class Workspace:
         files = [name for name in changed.split("\0") if name]
         return CommitInfo(sha=sha, message=message, files=files)
 
-    async def archive(self, destination: Path) -> Path:
-        """Write the committed tree of HEAD to ``destination`` as a zip or a .tar.gz.
+    async def archive(self, destination: Path, ref: str = "HEAD") -> Path:
+        """Write the committed tree of ``ref`` (HEAD, or a commit sha) to ``destination`` as
+        a zip or a .tar.gz.
 
         The format follows the file name: ``.zip`` gives a zip, anything else a gzipped
         tar. Only tracked, committed files are included.
 
-        :raises WorkspaceError: when nothing has been committed yet or git fails.
+        :raises WorkspaceError: when nothing has been committed yet, ``ref`` is neither
+            HEAD nor a hexadecimal sha of this repository, or git fails.
         """
+        if ref != "HEAD" and not _SHA.match(ref):
+            raise WorkspaceError(f"ref {ref!r} is not a commit sha")
         await self.ensure_repository()
         if not await self._has_commits():
             raise WorkspaceError("nothing to archive: the workspace has no commits yet")
         archive_format = "zip" if destination.suffix == ".zip" else "tar.gz"
         target = await trio.Path(destination).resolve()
         await target.parent.mkdir(parents=True, exist_ok=True)
-        await self._git("archive", f"--format={archive_format}", f"--output={target}", "HEAD")
+        await self._git("archive", f"--format={archive_format}", f"--output={target}",
+                        f"{ref}^{{commit}}" if ref != "HEAD" else ref)
         return destination
+
+    async def head(self) -> str | None:
+        """The sha of the last commit, or None before the first one (or before ``git init``)."""
+        if not await trio.Path(self.root / ".git").is_dir() or not await self._has_commits():
+            return None
+        return (await self._git("rev-parse", "HEAD")).strip()
 
     async def _has_commits(self) -> bool:
         result = await self._run_git("rev-parse", "--verify", "--quiet", "HEAD")

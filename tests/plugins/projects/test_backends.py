@@ -7,7 +7,6 @@ import socket
 
 import pytest
 import trio
-from fake_openai import FakeOpenAI, HttpFailure, RawReply, Reply, Stall, StreamedTurn
 
 from plugins.projects.backends import (
     ConversationMessage,
@@ -18,6 +17,7 @@ from plugins.projects.backends import (
 )
 from plugins.projects.templates import builtin_templates
 from plugins.projects.tools import builtin_tools
+from tests.support.fake_openai import FakeOpenAI, HttpFailure, RawReply, Reply, Stall, StreamedTurn
 
 API_KEY = "sk-test-0123456789abcdef"
 CONVERSATION = [ConversationMessage("system", "You build things."),

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import trio
-from fake_openai import FakeOpenAI, HttpFailure, StreamedTurn
 
 from plugins.projects.backends import OfflineBackend, OpenAIChatBackend
 from plugins.projects.runner import RunOutcome, run_agent
@@ -24,6 +23,7 @@ from runtime.agents import (
     ToolContext,
     ToolResult,
 )
+from tests.support.fake_openai import FakeOpenAI, HttpFailure, StreamedTurn
 
 BRIEF = ("Build a pizza ordering site for Luigi's. Customers pick toppings and pay online. "
          "Orders show up on a kitchen screen.")

@@ -137,3 +137,18 @@ async def test_archive_holds_the_committed_files(workspace: Workspace, tmp_path:
     with zipfile.ZipFile(await workspace.archive(tmp_path / "build.zip")) as archive:
         assert sorted(name for name in archive.namelist() if not name.endswith("/")) == [
             "index.html", "src/app.js"]
+
+
+async def test_head_and_archives_of_an_earlier_commit(workspace: Workspace,
+                                                      tmp_path: Path) -> None:
+    assert await workspace.head() is None
+    await workspace.write_file("a.txt", "one")
+    first = await workspace.commit("First")
+    await workspace.write_file("b.txt", "two")
+    second = await workspace.commit("Second")
+    assert await workspace.head() == second.sha
+    with zipfile.ZipFile(await workspace.archive(tmp_path / "old.zip", first.sha[:12])) as old:
+        assert old.namelist() == ["a.txt"]
+    for ref in ("HEAD~1", "--output=/tmp/x", "main", "0" * 40):
+        with pytest.raises(WorkspaceError):
+            await workspace.archive(tmp_path / "bad.zip", ref)

@@ -1,0 +1,385 @@
+"""SSE fan-out on one process: K subscribers of one project while a run publishes 20 events/s.
+
+For each K, K subscribers follow one stream while events are published at ``--rate`` per
+second; each event carries the time it was published, and each subscriber records how long
+it took to arrive (publish-to-receive latency). The figure of merit is the largest K whose
+p99 stays under ``--budget-ms`` (250 ms) with no subscriber cut off or short of events.
+
+Two servers are measured in the same run, each in its own process:
+
+- **baseline**: the bare quart-trio SSE endpoint of ``bench/hello_app.py`` (``GET /sse``,
+  one memory channel and one write per event per subscriber), fed by ``POST /publish`` from
+  a publisher process of its own;
+- **flowsvc**: ``GET /projects/<slug>/stream`` of a real project, fed by a real agent run.
+  This module is also a flowsvc plugin (enabled by its module path in the benchmarked
+  server): its route starts the run with ``start_run`` and a paced backend, whose every
+  turn is one call of its ``bench_tick`` tool carrying the time. Each turn therefore
+  publishes ``tool_call`` (timed) and ``tool_result`` through the runner, the publisher
+  (committed to SQLite first), the project's broadcaster and the SSE response: ``--rate``
+  events a second in all. A model's HTTP round trip and real tools are left out on
+  purpose: they are the run's costs, not the fan-out's. Each K gets a fresh run.
+
+Subscribers are raw sockets in this process (one Trio task each) that only look for the
+timestamps in what they receive, to stay light. ``--gc-tuned`` freezes the flowsvc
+server's startup heap and raises its collector thresholds: full garbage collections of
+a heap this size are the main source of its p99 (pauses of 150-350 ms about once a second
+with a few hundred open streams). Run it with ``python -m bench.bench_sse``
+(``--help`` lists the knobs); it prints a table and writes ``bench/results/sse.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+import httpx
+import trio
+from eth_account import Account
+from eth_account.messages import encode_defunct
+from quart import Blueprint, Response
+from quart import request as quart_request
+
+from bench.harness import RunningServer, flowsvc_server, hello_server, write_json
+from plugins.projects.access import find_project
+from plugins.projects.backends import ConversationMessage, ModelTurn, ToolCallRequest
+from plugins.projects.runs import RunRequest, start_run
+from plugins.projects.settings import ProjectsSettings
+from plugins.projects.store import begin_run
+from runtime.agents import JsonObject, Tool, ToolContext, ToolResult
+from runtime.hookspecs import hookimpl
+from runtime.http import json_response
+from runtime.principal import require_internal
+from runtime.service import Service
+
+INTERNAL_TOKEN = "bench-internal-token"
+GC_TUNING_VARIABLE = "FLOWSVC_BENCH_GC_TUNED"
+GC_THRESHOLDS = (50_000, 20, 100)
+_STAMP = re.compile(rb'"t":([0-9]+\.[0-9]+)')
+_CONNECT_AT_ONCE = 64
+
+
+@dataclass
+class Subscriber:
+    """What one subscriber saw: latencies (seconds) of timed events and whether it was cut."""
+
+    latencies: list[float] = field(default_factory=list)
+    cut_off: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    """The figures of one K."""
+
+    subscribers: int
+    p50_ms: float
+    p99_ms: float
+    samples: int
+    expected: int
+    cut_off: int
+
+    @property
+    def within(self) -> bool:
+        return self.cut_off == 0 and self.samples >= 0.95 * self.expected
+
+
+async def subscribe(base_url: str, path: str, connecting: trio.CapacityLimiter,
+                    ready: trio.Semaphore, since: Callable[[], float], record: Subscriber
+                    ) -> None:
+    """Follow ``path`` until cancelled, recording the latency of every timed event."""
+    host, port = base_url.removeprefix("http://").split(":")
+    async with connecting:
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n"
+                              f"Accept: text/event-stream\r\n\r\n".encode())
+        buffer = b""
+        while b"\r\n\r\n" not in buffer:
+            buffer += await stream.receive_some(65536)
+    async with stream:
+        if not buffer.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"stream refused: {buffer[:200]!r}")
+        ready.release()
+        while True:
+            data = await stream.receive_some(262144)
+            if not data:
+                record.cut_off = True
+                return
+            received = time.time()
+            buffer += data
+            end = buffer.rfind(b"\n\n")
+            if end < 0:
+                continue
+            start = since()
+            for stamp in _STAMP.findall(buffer, 0, end):
+                published = float(stamp)
+                if published >= start:
+                    record.latencies.append(received - published)
+            buffer = buffer[end + 2:]
+
+
+async def measure(base_url: str, path: str, count: int, seconds: float, rate: float) -> Step:
+    """Open ``count`` subscribers, then record ``seconds`` of timed events (``rate`` of
+    them a second)."""
+    records = [Subscriber() for _ in range(count)]
+    ready = trio.Semaphore(0)
+    window = {"start": float("inf")}
+    connecting = trio.CapacityLimiter(_CONNECT_AT_ONCE)
+    async with trio.open_nursery() as nursery:
+        for record in records:
+            nursery.start_soon(subscribe, base_url, path, connecting, ready,
+                               lambda: window["start"], record)
+        with trio.fail_after(120):
+            for _ in records:
+                await ready.acquire()
+        await trio.sleep(1.0)  # let every subscriber settle before the window opens
+        window["start"] = time.time()
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+    latencies = sorted(value for record in records for value in record.latencies)
+    if not latencies:
+        return Step(count, float("inf"), float("inf"), 0, 1, sum(r.cut_off for r in records))
+    return Step(count, statistics.median(latencies) * 1000,
+                latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+                len(latencies), int(count * seconds * rate),
+                sum(record.cut_off for record in records))
+
+
+async def sweep(name: str, counts: Sequence[int], budget_ms: float,
+                run_step: Callable[[int], Any]) -> list[Step]:
+    """Measure each K in turn until two in a row miss the budget."""
+    steps: list[Step] = []
+    misses = 0
+    for count in counts:
+        step: Step = await run_step(count)
+        steps.append(step)
+        print(f"{name:>8} K={count:5d}  p50 {step.p50_ms:8.1f} ms  p99 {step.p99_ms:8.1f} ms  "
+              f"samples {step.samples}/{step.expected}  cut off {step.cut_off}", flush=True)
+        misses = 0 if step.within and step.p99_ms < budget_ms else misses + 1
+        if misses == 2:
+            break
+    return steps
+
+
+# ------------------------------------------------------------------ the baseline
+
+async def baseline_steps(server: RunningServer, args: argparse.Namespace) -> list[Step]:
+    async def publish(count: int) -> Step:
+        async with helper_process("publish", server.url("/publish"), str(args.rate)):
+            return await measure(server.base_url, "/sse", count, args.seconds, args.rate)
+
+    return await sweep("baseline", args.counts, args.budget_ms, publish)
+
+
+async def publish_forever(url: str, rate: float) -> None:
+    """POST the time to ``url`` ``rate`` times a second (the baseline's publisher)."""
+    async with httpx.AsyncClient() as http:
+        due = trio.current_time()
+        while True:
+            await http.post(url, content=json.dumps({"t": time.time()}, separators=(",", ":")))
+            due += 1 / rate
+            await trio.sleep_until(due)
+
+
+@asynccontextmanager
+async def helper_process(*arguments: str) -> AsyncIterator[trio.Process]:
+    """This module in another process (the baseline's publisher), so that publishing never
+    competes for the CPU with the subscribers it is measured by."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "bench.bench_sse", *arguments], stdout=subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        await process.stdout.receive_some(100)  # its ready line
+        yield process
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+# ------------------------------------------------------------------ flowsvc
+
+class PacedBackend:
+    """A model backend that makes one ``bench_tick`` call per turn, on a fixed schedule."""
+
+    def __init__(self, turns_per_second: float) -> None:
+        self.interval = 1 / turns_per_second
+        self.due: float | None = None
+
+    def planned_steps(self) -> list[str]:
+        return ["Publish paced events"]
+
+    async def next_turn(self, conversation: Sequence[ConversationMessage],
+                        tools: Sequence[Tool]) -> ModelTurn:
+        self.due = trio.current_time() if self.due is None else self.due + self.interval
+        await trio.sleep_until(self.due)
+        return ModelTurn("", [ToolCallRequest("tick", "bench_tick",
+                                              json.dumps({"t": time.time()}))])
+
+
+async def _tick(context: ToolContext, args: JsonObject) -> ToolResult:
+    return ToolResult(result={"ok": True})
+
+
+@hookimpl
+def flowsvc_agent_tools(service: Service) -> list[Tool]:
+    return [Tool("bench_tick", "Returns at once (the SSE benchmark's publisher).",
+                 {"type": "object"}, _tick)]
+
+
+@hookimpl
+def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    if os.environ.get(GC_TUNING_VARIABLE):
+        # ``--gc-tuned``: what the service could do at start. Everything imported so far is
+        # frozen out of the collector's reach and young collections are rarer, so full
+        # collections (150-350 ms pauses with a few hundred open streams) become rare.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
+    blueprint = Blueprint("bench_sse", __name__)
+
+    @blueprint.post("/bench-sse/<slug>/run")
+    async def paced_run(slug: str) -> Response:
+        """Start a paced run of the project (``?turns=<per second>``); internal only."""
+        require_internal()
+        project = await find_project(service, slug)
+        template = service.templates[project.agent_template]
+        settings = service.plugin_settings("projects", ProjectsSettings)
+        request = RunRequest(
+            owner_id=project.owner_id, template=template, brief=project.brief,
+            workspace=settings.workspaces(service.settings.service.var_dir) / str(project.id),
+            stream=project.stream, project_id=project.id,
+            backend=PacedBackend(float(quart_request.args.get("turns", "10"))))
+        run_id = await start_run(service, request, prepare=lambda connection, run_id:
+                                 begin_run(connection, project.id, run_id))
+        return json_response({"runId": run_id}, 201)
+
+    return [blueprint]
+
+
+async def signed_in(http: httpx.AsyncClient) -> str:
+    """Sign in with a fresh wallet (SIWE); the client keeps the cookie. Returns the address."""
+    wallet = Account.create()
+    address: str = wallet.address.lower()
+    message = (await http.post("/auth/nonce", json={"address": address})).json()["message"]
+    signature = "0x" + wallet.sign_message(encode_defunct(text=message)).signature.hex() \
+        .removeprefix("0x")
+    verified = await http.post("/auth/verify", json={"address": address, "message": message,
+                                                     "signature": signature})
+    verified.raise_for_status()
+    return address
+
+
+async def flowsvc_steps(server: RunningServer, args: argparse.Namespace) -> list[Step]:
+    # The operator's client carries no session: a session cookie would win over the
+    # internal token.
+    internal = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http, \
+            httpx.AsyncClient(base_url=server.base_url, timeout=30,
+                              headers=internal) as operator:
+        owner = await signed_in(http)
+        (await operator.put("/internal/tokens/bench", json={
+            "ownerAddress": owner, "template": "dpnm", "chainId": 56,
+            "instance": "0x" + "be" * 20})).raise_for_status()
+        created = await http.post("/projects", json={
+            "tokenSlug": "bench", "title": "Fan-out", "agentTemplate": "fullstack-builder",
+            "brief": "Publish events for the fan-out benchmark."})
+        slug = created.json()["slug"]
+
+        async def one_run(count: int) -> Step:
+            # A fresh run per K; readers without Last-Event-ID get it from its start, before
+            # the measured window opens.
+            started = await operator.post(f"/bench-sse/{slug}/run",
+                                          params={"turns": str(args.rate / 2)})
+            started.raise_for_status()
+            step = await measure(server.base_url, f"/projects/{slug}/stream", count,
+                                 args.seconds, args.rate / 2)
+            await http.post(f"/projects/{slug}/cancel")
+            return step
+
+        return await sweep("flowsvc", args.counts, args.budget_ms, one_run)
+
+
+@asynccontextmanager
+async def flowsvc_bench_server(gc_tuned: bool) -> AsyncIterator[RunningServer]:
+    """flowsvc with the auth and projects plugins and this module as a plugin."""
+    env = {
+        **({GC_TUNING_VARIABLE: "1"} if gc_tuned else {}),
+        "FLOWSVC_PLUGINS_ENABLED": '["auth", "projects", "bench.bench_sse"]',
+        "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN, "FLOWSVC_JWT_SECRET": "bench-jwt-secret",
+        "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
+        "FLOWSVC_LIMITS_INTERNAL_RPM": "0", "FLOWSVC_PLUGINS_PROJECTS_MAX_TURNS": "100000",
+        "FLOWSVC_PLUGINS_PROJECTS_SUBSCRIBER_MAX_LAG": "1000",
+    }
+    with ExitStack() as stack:
+        server = await trio.to_thread.run_sync(stack.enter_context, flowsvc_server(env))
+        try:
+            yield server
+        finally:
+            await trio.to_thread.run_sync(stack.close)
+
+
+async def run(args: argparse.Namespace) -> dict[str, list[Step]]:
+    results: dict[str, list[Step]] = {}
+    if "baseline" in args.servers:
+        with ExitStack() as stack:
+            baseline = await trio.to_thread.run_sync(stack.enter_context, hello_server())
+            results["baseline"] = await baseline_steps(baseline, args)
+    if "flowsvc" in args.servers:
+        async with flowsvc_bench_server(args.gc_tuned) as server:
+            results["flowsvc"] = await flowsvc_steps(server, args)
+    return results
+
+
+def largest_within(steps: list[Step], budget_ms: float) -> int:
+    return max((s.subscribers for s in steps if s.within and s.p99_ms < budget_ms), default=0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["publish"]:
+        print("ready", flush=True)
+        trio.run(publish_forever, arguments[1], float(arguments[2]))
+        return 0
+    parser = argparse.ArgumentParser(description="SSE fan-out: flowsvc against a bare endpoint.")
+    parser.add_argument("--counts", default="100,200,300,450,600,800,1000,1300,1600,2000,2500",
+                        type=lambda text: [int(part) for part in text.split(",")],
+                        help="subscriber counts K to measure, in increasing order")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per K")
+    parser.add_argument("--rate", type=float, default=20.0, help="events published per second")
+    parser.add_argument("--budget-ms", type=float, default=250.0, help="p99 budget")
+    parser.add_argument("--gc-tuned", action="store_true",
+                        help="freeze the startup heap and raise the collector's thresholds in "
+                             "the flowsvc server (what the service could do at start)")
+    parser.add_argument("--servers", default="baseline,flowsvc",
+                        type=lambda text: text.split(","), help="which servers to measure")
+    parser.add_argument("--json", default="sse.json", help="file under bench/results/")
+    args = parser.parse_args(arguments)
+    results = trio.run(partial(run, args))
+    summary = {name: largest_within(steps, args.budget_ms) for name, steps in results.items()}
+    print(f"largest K with p99 under {args.budget_ms:g} ms: "
+          + ", ".join(f"{name} {count}" for name, count in summary.items()))
+    path = write_json(args.json, {
+        "command": " ".join(["python -m bench.bench_sse", *arguments]),
+        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(), "rate": args.rate, "seconds": args.seconds,
+        "gc_tuned": args.gc_tuned,
+        "budget_ms": args.budget_ms, "largest_k_within_budget": summary,
+        "steps": {name: [asdict(step) for step in steps] for name, steps in results.items()},
+    })
+    print(f"results written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

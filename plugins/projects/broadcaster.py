@@ -1,0 +1,236 @@
+"""The run broadcaster: one actor per streamed project, holding its last events in a ring.
+
+The ring keeps the newest ``capacity`` events of a stream as ready-made SSE frames, so an
+event is encoded once however many clients read it. Readers do not get a queue each: a
+:class:`Subscription` is a cursor into the shared ring (the tractor ``broadcast`` design),
+woken when the ring grows, and it takes every frame it has not sent yet in one piece, so
+a reader that fell behind catches up in one write. The publisher never waits for
+readers. A reader more than ``max_lag`` events behind the live head (its initial replay
+not counted), or whose cursor fell out of the ring, gets :class:`Lagged` and is
+disconnected; it resumes with ``Last-Event-ID``.
+
+The actor owns the ring: it loads it from the database when it starts, appends what
+publishers (in this process) and the Redis tail (events of runs in other processes) send
+it, fills any gap from the database, and hands out subscriptions. It stops when nobody
+has read or written for ``idle_seconds``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from plugins.projects import eventlog
+from plugins.projects.eventlog import StreamEvent
+from runtime.actors import ActorSpec, Mailbox
+from runtime.service import Service
+
+log = logging.getLogger("flowsvc.projects.broadcaster")
+NO_EARLIER_EVENT = "-1"
+
+
+class Lagged(Exception):
+    """Raised to a reader that fell too far behind; it must reconnect with Last-Event-ID."""
+
+
+class Ring:
+    """The newest ``capacity`` events of one stream, as SSE frames, numbered ``first_seq``
+    to ``last_seq`` (empty when ``last_seq < first_seq``)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._frames: list[bytes] = [b""] * capacity
+        self._runs: list[str] = [""] * capacity
+        self.first_seq = 1
+        self.last_seq = 0
+        self.changed = trio.Event()
+        self.closed = False
+        self.readers = 0
+        self.touched = trio.current_time()
+
+    def reset(self, events: list[StreamEvent], last_seq: int) -> None:
+        """Hold ``events`` (the newest ones, in order) of a stream whose last is ``last_seq``."""
+        start = events[0].seq - 1 if events else last_seq
+        self.first_seq, self.last_seq = start + 1, start
+        for event in events:
+            self.append(event)
+
+    def append(self, event: StreamEvent) -> None:
+        """Add the event numbered ``last_seq + 1``; the oldest one drops out when full."""
+        assert event.seq == self.last_seq + 1, (event.seq, self.last_seq)
+        slot = event.seq % self.capacity
+        self._frames[slot] = event.frame()
+        self._runs[slot] = event.run_id
+        self.last_seq = event.seq
+        if self.last_seq - self.first_seq + 1 > self.capacity:
+            self.first_seq = self.last_seq - self.capacity + 1
+
+    def wake(self) -> None:
+        """Wake every reader waiting for new events."""
+        self.touched = trio.current_time()
+        self.beat()
+
+    def beat(self) -> None:
+        """Wake every waiting reader without news: the ones idle too long send a heartbeat.
+
+        Heartbeats ride on these wake-ups instead of a timer per reader, so waiting for the
+        next event costs a reader no cancel scope and no deadline.
+        """
+        changed, self.changed = self.changed, trio.Event()
+        changed.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake()
+
+    def frames_after(self, cursor: int) -> bytes:
+        """Every frame after ``cursor``, joined.
+
+        :raises Lagged: events after ``cursor`` already dropped out of the ring.
+        """
+        if cursor < self.first_seq - 1:
+            raise Lagged(f"events after {cursor} are no longer held")
+        frames = self._frames
+        capacity = self.capacity
+        return b"".join([frames[seq % capacity] for seq in range(cursor + 1, self.last_seq + 1)])
+
+    def run_start(self, run_id: str | None) -> int:
+        """The cursor just before the first held event of run ``run_id`` (for a reader
+        without ``Last-Event-ID``); the live head when that run has published nothing yet."""
+        if run_id is None or self.last_seq < self.first_seq or \
+                self._runs[self.last_seq % self.capacity] != run_id:
+            return self.last_seq
+        seq = self.last_seq
+        while seq > self.first_seq and self._runs[(seq - 1) % self.capacity] == run_id:
+            seq -= 1
+        return seq - 1
+
+    def start_cursor(self, last_event_id: str | None, run_id: str | None
+                     ) -> tuple[int, str | None]:
+        """Where a reader starts, and the ``Last-Event-ID`` response header when events
+        were lost (Mercure's signal: the id before the first event sent, ``-1`` if none).
+
+        No ``Last-Event-ID``: the start of run ``run_id`` (the stream's latest run), or
+        the live head. A known id: just after it. An id older than the ring, or unknown:
+        the whole ring, with the header.
+        """
+        if last_event_id is None:
+            return self.run_start(run_id), None
+        try:
+            requested = int(last_event_id.strip())
+        except ValueError:
+            requested = -2
+        if self.first_seq - 1 <= requested <= self.last_seq:
+            return requested, None
+        cursor = self.first_seq - 1
+        return cursor, str(cursor) if cursor > 0 else NO_EARLIER_EVENT
+
+
+class Subscription:
+    """A reader's cursor into a ring. Use it as a context manager while reading."""
+
+    def __init__(self, ring: Ring, cursor: int, max_lag: int) -> None:
+        self.ring = ring
+        self.cursor = cursor
+        self.max_lag = max_lag
+        self._replay_until = ring.last_seq
+
+    def __enter__(self) -> Subscription:
+        self.ring.readers += 1
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.ring.readers -= 1
+        self.ring.touched = trio.current_time()
+
+    @property
+    def closed(self) -> bool:
+        return self.ring.closed
+
+    def take(self) -> bytes:
+        """Every frame not sent yet, in one piece (empty when up to date).
+
+        :raises Lagged: the reader is more than ``max_lag`` events behind the live head,
+            or its next event is no longer held.
+        """
+        ring = self.ring
+        last = ring.last_seq
+        if self.cursor >= last:
+            return b""
+        if last - max(self.cursor, self._replay_until) > self.max_lag:
+            raise Lagged(f"more than {self.max_lag} events behind")
+        chunk = ring.frames_after(self.cursor)
+        self.cursor = last
+        return chunk
+
+    async def wait(self) -> None:
+        """Return once the ring holds events after the cursor, is closed, or beats."""
+        changed = self.ring.changed
+        if self.ring.last_seq > self.cursor or self.ring.closed:
+            return
+        await changed.wait()
+
+
+def broadcaster_name(stream: str) -> str:
+    return f"projects.stream.{stream}"
+
+
+def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
+                     idle_seconds: float, heartbeat_seconds: float) -> ActorSpec:
+    """The broadcaster actor of ``stream``, owning ``ring``.
+
+    Messages: ``("subscribe", last_event_id | None, latest_run_id | None) ->
+    (Subscription, lost_header | None)``
+    and ``("append", [StreamEvent, ...])`` (a cast; duplicates are skipped, gaps filled
+    from the database). Every ``heartbeat_seconds`` it beats the ring. It is
+    ``temporary``: when it ends or crashes, its ring is closed and readers reconnect to a
+    fresh one.
+    """
+
+    async def append(events: list[StreamEvent]) -> None:
+        for event in events:
+            if event.seq <= ring.last_seq:
+                continue
+            if event.seq > ring.last_seq + 1:
+                for missed in await service.db.read(eventlog.events_between, stream,
+                                                    ring.last_seq, event.seq - 1):
+                    ring.append(missed)
+            ring.append(event)
+        ring.wake()
+
+    async def handle(message: tuple[Any, ...]) -> Any:
+        if message[0] == "append":
+            await append(message[1])
+            return None
+        cursor, lost = ring.start_cursor(message[1], message[2])
+        ring.touched = trio.current_time()
+        return Subscription(ring, cursor, max_lag), lost
+
+    async def run(mailbox: Mailbox, *,
+                  task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            events, last = await service.db.read(eventlog.recent_events, stream, ring.capacity)
+            ring.reset(events, last)
+            task_status.started()
+            while True:
+                with trio.move_on_after(min(heartbeat_seconds, idle_seconds / 2)):
+                    try:
+                        envelope = await mailbox.receive()
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
+                        return
+                    try:
+                        envelope.reply(await handle(envelope.message))
+                    except Exception as exc:  # the caller owns the failure
+                        envelope.fail(exc)
+                    continue
+                ring.beat()
+                idle = trio.current_time() - ring.touched >= idle_seconds
+                if ring.readers == 0 and idle:
+                    return
+        finally:
+            ring.close()
+
+    return ActorSpec(name=broadcaster_name(stream), run=run, restart="temporary",
+                     mailbox_size=256)

@@ -1,0 +1,73 @@
+"""How a run's end is recorded: the run row, its project, and the webhook event.
+
+All of it happens in the transaction that stores the run's last events (``done``
+included), so a ``project.completed`` or ``project.failed`` event exists exactly when
+the run's end committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from sqlalchemy import Connection
+
+from plugins.projects.runstore import RunRecord, end_run
+from plugins.projects.store import get_project_by_id, set_project_status
+from runtime.events import EventType, emit_event
+from runtime.service import Service
+
+PROJECT_COMPLETED = "project.completed"
+PROJECT_FAILED = "project.failed"
+EVENT_TYPES = [
+    EventType(PROJECT_COMPLETED, "A project's agent run completed; data: slug, artifact_url "
+              "(a zip of the workspace as the run left it), run_id, sha."),
+    EventType(PROJECT_FAILED, "A project's agent run failed (an agent or model error, a "
+              "crash, a timeout or a stopped service); data: slug, reason, run_id."),
+]
+
+
+@dataclass(frozen=True)
+class RunEnding:
+    """How a run ends: ``completed``, ``failed`` (with the reason) or ``cancelled``."""
+
+    status: str
+    reason: str | None = None
+    sha: str | None = None
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A recorded end: the run, and for a project run its slug and artifact URL."""
+
+    run: RunRecord
+    project_slug: str | None = None
+    artifact_url: str | None = None
+
+
+def artifact_url(public_url: str, slug: str, sha: str | None) -> str:
+    """Where the built workspace downloads as a zip (at ``sha`` when given)."""
+    url = f"{public_url.rstrip('/')}/projects/{quote(slug)}/artifact"
+    return f"{url}?ref={sha}" if sha else url
+
+
+def record_end(service: Service, connection: Connection, run_id: str,
+               ending: RunEnding) -> Ended | None:
+    """End the run (once: None when it had already ended) and, for a project run, move the
+    project to the end status and emit its webhook event."""
+    run = end_run(connection, run_id, ending.status, ending.reason, ending.sha)
+    if run is None:
+        return None
+    project = get_project_by_id(connection, run.project_id) if run.project_id else None
+    if project is None or project.last_run_id != run.id:
+        return Ended(run)
+    set_project_status(connection, project.id, ending.status)
+    url = artifact_url(service.settings.service.public_url, project.slug, ending.sha)
+    if ending.status == "completed":
+        emit_event(service, connection, user_id=project.owner_id, name=PROJECT_COMPLETED,
+                   data={"slug": project.slug, "artifact_url": url, "run_id": run.id,
+                         "sha": ending.sha})
+    elif ending.status == "failed":
+        emit_event(service, connection, user_id=project.owner_id, name=PROJECT_FAILED,
+                   data={"slug": project.slug, "reason": ending.reason, "run_id": run.id})
+    return Ended(run, project.slug, url)

@@ -1,0 +1,35 @@
+"""Error codes of the projects plugin (the spec's Projects group, and one of our own)."""
+
+from runtime.errors import Conflict, Forbidden, InvalidRequest
+
+
+class TokenNoMatch(Forbidden):
+    """Raised when the caller's address does not own the token a project would attach to."""
+
+    code = "token_no_match"
+
+
+class ProjectLocked(Conflict):
+    """Raised when the token already has an active project (one not completed, failed or
+    cancelled)."""
+
+    code = "project_locked"
+
+
+class TemplateUnknown(InvalidRequest):
+    """Raised when ``agentTemplate`` is not one of the presets the enabled plugins provide."""
+
+    code = "template_unknown"
+
+
+class PrivateForbidden(Forbidden):
+    """Raised when anyone but its owner asks for a private project, its stream or its files."""
+
+    code = "private_forbidden"
+
+
+class MessengerNotLinked(Conflict):
+    """Raised when a user without a linked messaging identity subscribes to milestones:
+    notifications go through the messaging platform's bot, so there is nowhere to send them."""
+
+    code = "messenger_not_linked"

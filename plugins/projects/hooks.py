@@ -1,0 +1,68 @@
+"""Hook implementations of the projects plugin."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from quart import Blueprint
+
+from plugins.projects import tables
+from plugins.projects.ending import EVENT_TYPES
+from plugins.projects.notifier import notifier_spec, notify_later
+from plugins.projects.queue import queue_spec
+from plugins.projects.routes import build_blueprint
+from plugins.projects.settings import ProjectsSettings
+from plugins.projects.streams import hub_spec
+from plugins.projects.templates import builtin_templates
+from plugins.projects.tokens import TOKENS
+from plugins.projects.tools import builtin_tools
+from runtime.actors import ActorSpec
+from runtime.agents import AgentTemplate, Tool
+from runtime.cli import Command
+from runtime.events import EventType
+from runtime.hookspecs import hookimpl
+from runtime.plugin_kit import standard_hooks
+from runtime.service import Service
+
+
+def settings_of(service: Service) -> ProjectsSettings:
+    return service.plugin_settings("projects", ProjectsSettings)
+
+
+flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
+    "projects", ProjectsSettings, tables.metadata, Path(__file__).parent / "migrations")
+
+
+@hookimpl
+def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    return [build_blueprint(service, settings_of(service))]
+
+
+@hookimpl
+def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    settings = settings_of(service)
+    # Started in this order and stopped in reverse: the queue stops first, so the runs it
+    # ends on the way out still reach the stream hub and the notifier.
+    return [hub_spec(service, settings), notifier_spec(service, settings),
+            queue_spec(service, settings, partial(notify_later, service))]
+
+
+@hookimpl
+def flowsvc_commands() -> list[Command]:
+    return [TOKENS]
+
+
+@hookimpl
+def flowsvc_webhook_events() -> list[EventType]:
+    return EVENT_TYPES
+
+
+@hookimpl
+def flowsvc_agent_templates() -> list[AgentTemplate]:
+    return builtin_templates()
+
+
+@hookimpl
+def flowsvc_agent_tools(service: Service) -> list[Tool]:
+    return builtin_tools()

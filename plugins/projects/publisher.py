@@ -1,0 +1,142 @@
+"""The publisher of one run: events are committed in order, then fanned out.
+
+``emit`` only queues an event, so the agent never waits for the database; a writer task
+commits whatever is queued in one transaction and only then hands the committed events
+to the local broadcaster, the Redis Stream (other processes) and the notifier. An event
+is therefore never seen before it is durable, and a restart loses none that anyone saw.
+``finish`` commits the last events, ``done`` and the run's end together.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from sqlalchemy import Connection
+
+from plugins.projects import eventlog
+from plugins.projects.ending import Ended, RunEnding, record_end
+from plugins.projects.eventlog import StreamEvent
+from plugins.projects.streams import deliver_local
+from runtime.service import Service
+from runtime.shared import RedisSharedState
+
+log = logging.getLogger("flowsvc.projects.publisher")
+_MAX_QUEUED = 500
+_FAN_OUT_SECONDS = 10.0
+MILESTONE_EVENTS = ("plan", "commit")
+
+
+@dataclass(frozen=True)
+class Milestone:
+    """What the notifier tells a project's subscribers: a plan, a commit or the end."""
+
+    project_id: int
+    kind: str
+    data: dict[str, Any]
+
+
+Notify = Callable[[Milestone], None]
+
+
+class _AlreadyEnded(Exception):
+    """The run was ended by someone else (the lease sweeper): its transaction rolls back."""
+
+
+class RunPublisher:
+    """Commits and fans out the events of one run of ``stream``; owned by the run's task.
+
+    :param notify: called (without waiting) with each milestone of a project run.
+    """
+
+    def __init__(self, service: Service, *, stream: str, run_id: str, project_id: int | None,
+                 keep: int, notify: Notify | None = None) -> None:
+        self._service = service
+        self._stream = stream
+        self._run_id = run_id
+        self._project_id = project_id
+        self._keep = keep
+        self._notify = notify
+        self._queued: list[tuple[str, dict[str, Any]]] = []
+        self._wakeup = trio.Event()
+        self._lock = trio.Lock()
+        self.last_commit_sha: str | None = None
+        self.error_emitted = False
+
+    async def emit(self, name: str, data: dict[str, Any]) -> None:
+        """Queue an event of the spec's Project stream (the runner's ``emit``)."""
+        self._queued.append((name, data))
+        if name == "commit":
+            self.last_commit_sha = str(data["sha"])
+        elif name == "error":
+            self.error_emitted = True
+        self._wakeup.set()
+        if len(self._queued) >= _MAX_QUEUED:
+            await self.flush()  # the database is behind: the run waits rather than grow
+
+    async def write_continuously(self) -> None:
+        """Commit queued events as they come, until cancelled."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            await self.flush()
+
+    async def flush(self, ending: RunEnding | None = None) -> Ended | None:
+        """Commit every queued event (and, with ``ending``, ``done`` and the run's end),
+        then fan them out.
+
+        :return: the recorded end, or None (no ending, or the run had already ended).
+        """
+        async with self._lock:
+            batch, self._queued = self._queued, []
+            if not batch and ending is None:
+                return None
+            if ending is not None:
+                batch.append(("done", {"runId": self._run_id, "finalStatus": ending.status}))
+            items = [(name, eventlog.encode_data(data)) for name, data in batch]
+            # Once taken from the queue, a batch is committed and fanned out even if the
+            # run is being cancelled: dropping it would leave a hole in the stream.
+            with trio.CancelScope(shield=True):
+                try:
+                    events, ended = await self._service.db.write(self._commit, items, ending)
+                except _AlreadyEnded:
+                    log.warning("run %s had already ended; %d events dropped", self._run_id,
+                                len(items))
+                    return None
+                with trio.move_on_after(_FAN_OUT_SECONDS):
+                    await self._fan_out(events, batch, ended)
+            return ended
+
+    async def finish(self, ending: RunEnding) -> Ended | None:
+        """Commit the last events, ``done`` and the run's end in one transaction."""
+        return await self.flush(ending)
+
+    def _commit(self, connection: Connection, items: list[tuple[str, str]],
+                ending: RunEnding | None) -> tuple[list[StreamEvent], Ended | None]:
+        ended = None
+        if ending is not None:
+            ended = record_end(self._service, connection, self._run_id, ending)
+            if ended is None:
+                raise _AlreadyEnded(self._run_id)
+        events = eventlog.append_events(connection, self._stream, self._run_id, items,
+                                        self._keep)
+        return events, ended
+
+    async def _fan_out(self, events: list[StreamEvent], batch: list[tuple[str, dict[str, Any]]],
+                       ended: Ended | None) -> None:
+        service = self._service
+        await deliver_local(service, self._stream, events)
+        if isinstance(service.shared, RedisSharedState):
+            await eventlog.mirror_to_redis(service.shared, self._stream, events, self._keep)
+        if self._notify is None or self._project_id is None:
+            return
+        for name, data in batch:
+            if name in MILESTONE_EVENTS:
+                self._notify(Milestone(self._project_id, name, data))
+        if ended is not None:
+            self._notify(Milestone(self._project_id, "end", {
+                "finalStatus": ended.run.status, "reason": ended.run.reason,
+                "artifactUrl": ended.artifact_url}))

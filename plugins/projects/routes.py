@@ -1,0 +1,232 @@
+"""Routes of the projects plugin: projects, runs, the stream, subscriptions, files, tokens."""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from typing import Any
+
+import trio
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from quart import Blueprint, Response
+from quart_schema import document_response, validate_request
+
+from plugins.projects.access import owned_project, visible_project
+from plugins.projects.errors import MessengerNotLinked, TemplateUnknown
+from plugins.projects.files import add_file_routes, workspace_of
+from plugins.projects.guards import caller_first
+from plugins.projects.queue import CANCEL_CHANNEL
+from plugins.projects.runs import RunRequest, start_run
+from plugins.projects.runstore import RunRecord, get_run
+from plugins.projects.settings import ProjectsSettings
+from plugins.projects.sse import requested_last_event_id, stream_response
+from plugins.projects.store import (
+    END_STATUSES,
+    Project,
+    begin_run,
+    cancel_idle,
+    create_project,
+    get_project_by_id,
+    subscribe,
+    unsubscribe,
+)
+from plugins.projects.tokens import SLUG_PATTERN, add_token_routes
+from runtime.errors import Conflict
+from runtime.http import json_response
+from runtime.principal import require_user
+from runtime.service import Service
+from runtime.users import get_user
+
+CANCEL_WAIT_SECONDS = 5.0
+_POLL_SECONDS = 0.05
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\r?\n")
+
+
+class CreateProjectRequest(BaseModel):
+    """``POST /projects``; unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    tokenSlug: str = Field(pattern=SLUG_PATTERN, description="slug of a token you own")
+    title: str = Field(min_length=1, max_length=120)
+    brief: str = Field(min_length=1, max_length=4000,
+                       description="what the agents should build, as a single paragraph")
+    agentTemplate: str = Field(min_length=1, max_length=64,
+                               description="fullstack-builder, bot-builder, content-machine "
+                                           "or research-agent")
+    private: StrictBool = False
+
+    @field_validator("title", "brief")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value.strip()
+
+    @field_validator("brief")
+    @classmethod
+    def _single_paragraph(cls, value: str) -> str:
+        if _PARAGRAPH_BREAK.search(value):
+            raise ValueError("must be a single paragraph (no blank line)")
+        return value
+
+
+class ProjectSummary(BaseModel):
+    id: str
+    slug: str
+    tokenSlug: str
+    status: str
+    createdAt: str
+
+
+class RunView(BaseModel):
+    runId: str
+    status: str
+    reason: str | None
+    sha: str | None
+    queuedAt: str
+    startedAt: str | None
+    endedAt: str | None
+
+
+class ProjectView(ProjectSummary):
+    title: str
+    brief: str
+    agentTemplate: str
+    private: bool
+    ownerId: str
+    updatedAt: str
+    lastRun: RunView | None
+    streamUrl: str
+    artifactUrl: str | None
+
+
+class StartResponse(BaseModel):
+    runId: str
+
+
+class SubscribedResponse(BaseModel):
+    subscribed: bool
+
+
+def project_view(service: Service, project: Project, run: RunRecord | None) -> dict[str, Any]:
+    """The Project resource as ``GET /projects/<slug>`` answers it."""
+    base = f"{service.settings.service.public_url.rstrip('/')}/projects/{project.slug}"
+    artifact = None
+    if run is not None and run.status == "completed":
+        artifact = f"{base}/artifact" + (f"?ref={run.sha}" if run.sha else "")
+    return {**project.public(), "lastRun": run.public() if run else None,
+            "streamUrl": f"{base}/stream", "artifactUrl": artifact}
+
+
+def build_blueprint(service: Service, settings: ProjectsSettings) -> Blueprint:
+    blueprint = Blueprint("projects", __name__)
+    add_token_routes(blueprint, service)
+    add_file_routes(blueprint, service, settings)
+
+    async def view(project: Project) -> Response:
+        run = await service.db.read(get_run, project.last_run_id) if project.last_run_id \
+            else None
+        return json_response(project_view(service, project, run))
+
+    @blueprint.post("/projects")
+    @caller_first(require_user)
+    @validate_request(CreateProjectRequest)
+    @document_response(ProjectSummary, 201)
+    async def create(data: CreateProjectRequest) -> Response:
+        """Create a project attached to a token the caller owns; it starts ``idle``."""
+        principal = require_user()
+        if data.agentTemplate not in service.templates:
+            known = ", ".join(service.templates) or "none"
+            raise TemplateUnknown(f"agentTemplate {data.agentTemplate!r} is not a preset "
+                                  f"(presets: {known})",
+                                  details=[{"field": "agentTemplate", "message": "unknown"}])
+        project = await service.db.write(partial(
+            create_project, owner_id=principal.user_id, owner_address=principal.address,
+            token_slug=data.tokenSlug, title=data.title, brief=data.brief,
+            agent_template=data.agentTemplate, private=data.private))
+        return json_response(project.summary(), 201)
+
+    @blueprint.get("/projects/<slug>")
+    @document_response(ProjectView, 200)
+    async def read(slug: str) -> Response:
+        """The project, its status and its last run (private projects: owner only)."""
+        return await view(await visible_project(service, slug))
+
+    @blueprint.post("/projects/<slug>/start")
+    @document_response(StartResponse, 201)
+    async def start(slug: str) -> Response:
+        """Start an agent run of the project (owner only); its events start on the stream."""
+        project, principal = await owned_project(service, slug)
+        template = service.templates.get(project.agent_template)
+        if template is None:
+            raise TemplateUnknown(f"agentTemplate {project.agent_template!r} is no longer "
+                                  "provided by any enabled plugin")
+        request = RunRequest(
+            owner_id=project.owner_id, template=template, brief=project.brief,
+            workspace=workspace_of(service, settings, project), stream=project.stream,
+            project={"title": project.title, "slug": project.slug}, project_id=project.id,
+            key_id=principal.key_id)
+        run_id = await start_run(service, request, prepare=partial(_begin, project.id))
+        return json_response({"runId": run_id}, 201)
+
+    @blueprint.post("/projects/<slug>/cancel")
+    @document_response(ProjectView, 200)
+    async def cancel(slug: str) -> Response:
+        """Cancel the project (owner only): an idle one at once, a queued or running run
+        as soon as it stops (normally well within a second)."""
+        project, _ = await owned_project(service, slug)
+        if project.status in END_STATUSES:
+            raise Conflict(f"project {slug!r} is already {project.status}")
+        if project.status == "idle" and await service.db.write(cancel_idle, project.id):
+            return await view(await visible_project(service, slug))
+        if project.last_run_id is not None:
+            await service.shared.publish(CANCEL_CHANNEL, project.last_run_id)
+            await _until_ended(service, project.id)
+        return await view(await visible_project(service, slug))
+
+    @blueprint.get("/projects/<slug>/stream")
+    async def stream(slug: str) -> Response:
+        """The live build stream (``text/event-stream``; private projects: owner only)."""
+        project = await visible_project(service, slug)
+        return await stream_response(service, settings, project.stream,
+                                     requested_last_event_id(), project.last_run_id)
+
+    @blueprint.post("/projects/<slug>/subscribe")
+    @document_response(SubscribedResponse, 200)
+    async def subscribe_route(slug: str) -> Response:
+        """Subscribe to the project's milestones through the messaging platform's bot."""
+        principal = require_user()
+        project = await visible_project(service, slug)
+        user = await service.db.read(get_user, principal.user_id)
+        if user is None or user.messenger_id is None:
+            raise MessengerNotLinked("link a messaging account first (sign in through the "
+                                     "bot): milestones are sent there")
+        await service.db.write(subscribe, project.id, principal.user_id)
+        return json_response({"subscribed": True})
+
+    @blueprint.delete("/projects/<slug>/subscribe")
+    @document_response(SubscribedResponse, 200)
+    async def unsubscribe_route(slug: str) -> Response:
+        """Stop the project's milestone notifications."""
+        principal = require_user()
+        project = await visible_project(service, slug)
+        await service.db.write(unsubscribe, project.id, principal.user_id)
+        return json_response({"subscribed": False})
+
+    return blueprint
+
+
+async def _until_ended(service: Service, project_id: int) -> None:
+    """Wait (up to ``CANCEL_WAIT_SECONDS``) for the project to reach an end status.
+
+    The run may be held by another process, so the database is the only place to watch.
+    """
+    for _ in range(int(CANCEL_WAIT_SECONDS / _POLL_SECONDS)):
+        project = await service.db.read(get_project_by_id, project_id)
+        if project is None or project.status in END_STATUSES:
+            return
+        await trio.sleep(_POLL_SECONDS)
+
+
+def _begin(project_id: int, connection: Any, run_id: str) -> None:
+    begin_run(connection, project_id, run_id)

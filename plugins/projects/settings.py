@@ -1,0 +1,58 @@
+"""The ``[plugins.projects]`` settings table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from runtime.config import Section
+
+
+class ProjectsSettings(Section):
+    """Agent runs, the run queue, the live stream and milestone notifications.
+
+    ``docs/projects.md`` documents every key.
+    """
+
+    backend: Literal["offline", "openai"] = "offline"
+    model_base_url: str = ""
+    model: str = ""
+    model_api_key: str = ""
+    model_timeout_seconds: float = Field(60.0, gt=0)
+    max_turns: int = Field(40, ge=1, le=100_000)
+    run_slots: int = Field(2, ge=1, le=256)
+    dedicated_slots: int = Field(2, ge=0, le=256)
+    run_timeout_seconds: float = Field(1800.0, gt=0)
+    lease_seconds: float = Field(30.0, ge=1)
+    workspace_root: Path = Path("")
+    allow_commands: bool = False
+    command_timeout_seconds: float = Field(30.0, gt=0)
+    replay_events: int = Field(1000, ge=10, le=100_000)
+    heartbeat_seconds: float = Field(15.0, gt=0)
+    retry_ms: int = Field(3000, ge=0)
+    subscriber_max_lag: int = Field(500, ge=1)
+    stream_idle_seconds: float = Field(30.0, gt=0)
+    bot_api_base_url: str = "https://api.telegram.org"
+    bot_token: str = ""
+    notify_attempts: int = Field(4, ge=1, le=10)
+    notify_backoff_seconds: float = Field(0.5, ge=0)
+
+    @field_validator("model_base_url", "bot_api_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _model_configured(self) -> ProjectsSettings:
+        if self.backend == "openai" and not (self.model_base_url and self.model):
+            raise ValueError("backend = \"openai\" needs model_base_url and model")
+        return self
+
+    def workspaces(self, var_dir: Path) -> Path:
+        """Where project workspaces live: ``workspace_root``, or ``<var_dir>/workspaces``."""
+        return self.workspace_root if str(self.workspace_root) not in ("", ".") \
+            else var_dir / "workspaces"

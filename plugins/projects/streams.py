@@ -1,0 +1,133 @@
+"""The stream hub: finds or starts a stream's broadcaster, and tails Redis for other processes.
+
+One hub actor per process (``projects.streams``). ``("open", stream)`` returns the address
+of the stream's broadcaster, starting it under the supervisor when none runs. With Redis,
+the hub also runs one blocking ``XREAD`` over the Redis Streams of every broadcaster of
+this process, so events published by a run in another process reach readers here; a new
+broadcaster interrupts the read through a small wake-up stream of its own, so it is
+included at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+import trio
+from coredis import PureToken
+
+from plugins.projects import eventlog
+from plugins.projects.broadcaster import (
+    Ring,
+    Subscription,
+    broadcaster_name,
+    broadcaster_spec,
+)
+from plugins.projects.eventlog import StreamEvent
+from plugins.projects.settings import ProjectsSettings
+from runtime.actors import ActorSpec, Address, Mailbox, serve_mailbox
+from runtime.errors import Unavailable
+from runtime.service import Service
+from runtime.shared import RedisSharedState
+
+log = logging.getLogger("flowsvc.projects.streams")
+HUB = "projects.streams"
+_XREAD_BLOCK_MS = 5000
+_OPEN_ATTEMPTS = 3
+
+
+async def subscribe(service: Service, stream: str, last_event_id: str | None,
+                    latest_run_id: str | None) -> tuple[Subscription, str | None]:
+    """A reader's subscription to ``stream``, and the lost-events header value if any.
+
+    :param latest_run_id: the stream's latest run: a reader without ``Last-Event-ID``
+        starts at its first event.
+
+    :raises Unavailable: no broadcaster could be started.
+    """
+    hub = service.registry.lookup(HUB)
+    for _ in range(_OPEN_ATTEMPTS):
+        address: Address = await hub.call(("open", stream))
+        try:
+            result: tuple[Subscription, str | None] = await address.call(
+                ("subscribe", last_event_id, latest_run_id))
+            return result
+        except Unavailable:
+            continue  # it stopped for idleness as we arrived: the hub starts a fresh one
+    raise Unavailable(f"the broadcaster of {stream} is unavailable")
+
+
+async def deliver_local(service: Service, stream: str, events: list[StreamEvent]) -> None:
+    """Hand committed events to the stream's broadcaster in this process, if one runs."""
+    address = service.registry.get(broadcaster_name(stream))
+    if address is None or not events:
+        return
+    try:
+        await address.cast(("append", events))
+    except Unavailable:
+        pass  # it just stopped; a new one loads these events from the database
+
+
+def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
+    """The hub actor. Message: ``("open", stream) -> Address`` of the stream's broadcaster."""
+    rings: dict[str, Ring] = {}
+    redis = service.shared if isinstance(service.shared, RedisSharedState) else None
+    wake_key = redis.key(f"projects:wake:{secrets.token_hex(8)}") if redis else ""
+
+    async def open_broadcaster(stream: str) -> Address:
+        address = service.registry.get(broadcaster_name(stream))
+        if address is not None:
+            return address
+        assert service.supervisor is not None
+        ring = Ring(settings.replay_events)
+        address = await service.supervisor.start(broadcaster_spec(
+            service, stream, ring, max_lag=settings.subscriber_max_lag,
+            idle_seconds=settings.stream_idle_seconds,
+            heartbeat_seconds=settings.heartbeat_seconds))
+        if redis is not None:
+            rings[stream] = ring  # the tail reads the Redis Stream of each open ring
+            try:
+                await redis.client.xadd(wake_key, {"stream": stream},
+                                        trim_strategy=PureToken.MAXLEN, threshold=10)
+            except Exception:
+                log.warning("could not wake the Redis tail", exc_info=True)
+        return address
+
+    async def tail(client: RedisSharedState) -> None:
+        while True:
+            for stream in [stream for stream, ring in rings.items() if ring.closed]:
+                del rings[stream]
+            keys = {eventlog.redis_key(client, stream): stream for stream in rings}
+            positions: dict[str, str] = {key: f"0-{rings[stream].last_seq}"
+                                         for key, stream in keys.items()}
+            positions[wake_key] = "$"
+            try:
+                reply = await client.client.xread(positions, count=1000,
+                                                  block=_XREAD_BLOCK_MS)
+            except Exception:
+                log.warning("reading the Redis streams failed; retrying", exc_info=True)
+                await trio.sleep(1)
+                continue
+            for key, entries in (reply or {}).items():
+                stream_of_key = keys.get(str(key))
+                if stream_of_key is not None:
+                    await deliver_local(service, stream_of_key, [
+                        eventlog.event_from_entry(
+                            str(entry.identifier),
+                            {str(name): str(value) for name, value in entry.field_values.items()})
+                        for entry in entries])
+
+    async def handle(message: tuple[Any, ...]) -> Address:
+        return await open_broadcaster(message[1])
+
+    async def run(mailbox: Mailbox, *,
+                  task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            if redis is not None:
+                nursery.start_soon(tail, redis)
+            task_status.started()
+            await serve_mailbox(mailbox, handle)
+            nursery.cancel_scope.cancel()
+
+    return ActorSpec(name=HUB, run=run, mailbox_size=1024)

@@ -1,0 +1,94 @@
+"""Tables of the projects plugin: tokens, projects, runs, stream events, subscribers."""
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+Id = BigInteger().with_variant(Integer, "sqlite")
+# ``users.id`` is the core's table: the string reference resolves in the combined MetaData
+# of the service (schema checks) and in the migrations, which create the constraints.
+
+tokens = Table(
+    "tokens", metadata,
+    Column("slug", String(64), primary_key=True),
+    Column("owner_address", String(42), nullable=False, index=True),
+    Column("template", String(16), nullable=False),
+    Column("chain_id", BigInteger, nullable=False),
+    Column("instance_address", String(42), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("chain_id", "instance_address", name="uq_tokens_instance"),
+)
+
+projects = Table(
+    "projects", metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("slug", String(64), nullable=False, unique=True),
+    Column("token_slug", String(64), ForeignKey("tokens.slug"), nullable=False, index=True),
+    Column("owner_id", BigInteger, ForeignKey("users.id"), nullable=False, index=True),
+    Column("title", String(120), nullable=False),
+    Column("brief", Text, nullable=False),
+    Column("agent_template", String(64), nullable=False),
+    Column("private", Boolean, nullable=False),
+    Column("status", String(16), nullable=False),
+    # The token's slug while the project is active (idle, queued or running), NULL once it
+    # reaches an end status: the unique index keeps one active project per token, across
+    # every service process, without a lock.
+    Column("active_token", String(64), nullable=True, unique=True),
+    Column("last_run_id", String(40), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+runs = Table(
+    "project_runs", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("stream", String(80), nullable=False, index=True),
+    Column("project_id", BigInteger, ForeignKey("projects.id"), nullable=True, index=True),
+    Column("owner_id", BigInteger, ForeignKey("users.id"), nullable=False),
+    Column("template", String(64), nullable=False),
+    Column("key_id", BigInteger, nullable=True),
+    Column("priority", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("sha", String(64), nullable=True),
+    Column("worker", String(32), nullable=False),
+    Column("lease_until", DateTime(timezone=True), nullable=False, index=True),
+    Column("queued_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+)
+
+stream_heads = Table(
+    "project_stream_heads", metadata,
+    Column("stream", String(80), primary_key=True),
+    Column("last_seq", BigInteger, nullable=False),
+)
+
+stream_events = Table(
+    "project_stream_events", metadata,
+    Column("stream", String(80), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("run_id", String(40), nullable=False),
+    Column("name", String(32), nullable=False),
+    Column("data", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+subscribers = Table(
+    "project_subscribers", metadata,
+    Column("project_id", BigInteger, ForeignKey("projects.id"), primary_key=True),
+    Column("user_id", BigInteger, ForeignKey("users.id"), primary_key=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)

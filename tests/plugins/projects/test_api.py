@@ -1,0 +1,170 @@
+"""Projects API: validation, ownership, locks, privacy and every error code of the group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from runtime.server import Running
+from tests.support.projects import BRIEF, add_token, new_project, serve_projects, token_owner
+from tests.support.server import client
+from tests.support.sse import open_sse
+from tests.support.wallet import sign_in
+
+
+def error_of(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+async def test_creation_validates_every_field(tmp_path: Path, database_url: str) -> None:
+    async with serve_projects(tmp_path / "var", database_url) as running, \
+            token_owner(running, "shop") as http:
+        good: dict[str, Any] = {"tokenSlug": "shop", "title": "Shop", "brief": BRIEF,
+                                "agentTemplate": "bot-builder"}
+        for change, field in [
+            ({"brief": "First paragraph.\n\nSecond paragraph."}, "brief"),
+            ({"brief": "   "}, "brief"),
+            ({"title": ""}, "title"),
+            ({"title": "x" * 121}, "title"),
+            ({"private": "yes"}, "private"),
+            ({"tokenSlug": "Not A Slug"}, "tokenSlug"),
+            ({"colour": "red"}, "colour"),
+        ]:
+            answer = await http.post("/projects", json={**good, **change})
+            assert error_of(answer) == (400, "invalid_request"), change
+            assert field in {detail["field"] for detail in answer.json()["error"]["details"]}
+        missing = await http.post("/projects", json={"tokenSlug": "shop"})
+        assert error_of(missing) == (400, "invalid_request")
+
+        unknown = await http.post("/projects", json={**good, "agentTemplate": "web3-wizard"})
+        assert error_of(unknown) == (400, "template_unknown")
+        assert "fullstack-builder" in unknown.json()["error"]["message"]
+        no_token = await http.post("/projects", json={**good, "tokenSlug": "nope"})
+        assert error_of(no_token) == (404, "not_found")
+
+        created = await new_project(http, "shop", title="  Shop  ", private=True,
+                                    brief="One line\nand a soft break in one paragraph.")
+        assert created["slug"] == "shop" and created["status"] == "idle"
+        view = (await http.get("/projects/shop")).json()
+        assert view["title"] == "Shop" and view["private"] is True
+        assert view["agentTemplate"] == "fullstack-builder" and view["lastRun"] is None
+        async with client(running) as anonymous:
+            assert error_of(await anonymous.post("/projects", json=good)) == \
+                (401, "unauthenticated")
+
+
+async def test_token_ownership_and_one_active_project_per_token(
+        tmp_path: Path, database_url: str) -> None:
+    async with serve_projects(tmp_path / "var", database_url) as running, \
+            token_owner(running, "acme") as owner, client(running) as stranger:
+        await sign_in(stranger)
+        body = {"tokenSlug": "acme", "title": "Acme", "brief": BRIEF,
+                "agentTemplate": "research-agent"}
+        assert error_of(await stranger.post("/projects", json=body)) == (403, "token_no_match")
+
+        first = await new_project(owner, "acme", title="Acme")
+        locked = await owner.post("/projects", json=body)
+        assert error_of(locked) == (409, "project_locked")
+        assert first["slug"] in locked.json()["error"]["message"]
+
+        assert error_of(await stranger.post(f"/projects/{first['slug']}/start")) == \
+            (403, "forbidden")
+        assert error_of(await stranger.post(f"/projects/{first['slug']}/cancel")) == \
+            (403, "forbidden")
+        cancelled = await owner.post(f"/projects/{first['slug']}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        assert error_of(await owner.post(f"/projects/{first['slug']}/cancel")) == \
+            (409, "conflict")
+
+        second = await new_project(owner, "acme", title="Acme")
+        assert second["slug"] == "acme-2"
+        # The cancelled project cannot come back while the second one is active.
+        assert error_of(await owner.post(f"/projects/{first['slug']}/start")) == \
+            (409, "project_locked")
+        assert error_of(await owner.get("/projects/missing")) == (404, "not_found")
+
+
+async def test_private_projects_are_for_their_owner_only(tmp_path: Path) -> None:
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}") \
+            as running, token_owner(running, "vault") as owner, client(running) as stranger:
+        await sign_in(stranger)
+        slug = (await new_project(owner, "vault", private=True))["slug"]
+        assert (await owner.post(f"/projects/{slug}/start")).status_code == 201
+        async with client(running) as anonymous:
+            for http in (anonymous, stranger):
+                for path in (f"/projects/{slug}", f"/projects/{slug}/artifact",
+                             f"/projects/{slug}/files/index.html"):
+                    assert error_of(await http.get(path)) == (403, "private_forbidden"), path
+                assert error_of(await http.post(f"/projects/{slug}/subscribe")) in (
+                    (401, "unauthenticated"), (403, "private_forbidden"))
+            assert error_of(await stranger.post(f"/projects/{slug}/start")) == \
+                (403, "private_forbidden")
+        async with open_sse(running.base_url, f"/projects/{slug}/stream") as denied:
+            assert denied.status == 403
+            assert b'"private_forbidden"' in await denied.body()
+        cookie = {"Cookie": f"svc_session={owner.cookies['svc_session']}"}
+        async with open_sse(running.base_url, f"/projects/{slug}/stream", cookie) as stream:
+            assert stream.status == 200
+            events = await stream.until("done")
+        assert events[-1].json()["finalStatus"] == "completed"
+        assert (await owner.get(f"/projects/{slug}")).json()["status"] == "completed"
+
+
+async def test_starting_twice_conflicts_and_subscribing_needs_a_messenger(
+        tmp_path: Path) -> None:
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                              run_slots="1") as running, token_owner(running, "busy") as http:
+        slug = (await new_project(http, "busy"))["slug"]
+        async with open_sse(running.base_url, f"/projects/{slug}/stream") as stream:
+            key = {"Idempotency-Key": "start-once"}
+            started = await http.post(f"/projects/{slug}/start", headers=key)
+            assert started.status_code == 201
+            replayed = await http.post(f"/projects/{slug}/start", headers=key)
+            assert replayed.json() == started.json()
+            assert replayed.headers["idempotent-replayed"] == "true"
+            again = await http.post(f"/projects/{slug}/start")
+            assert error_of(again) == (409, "conflict")
+            await stream.until("done")
+        subscribed = await http.post(f"/projects/{slug}/subscribe")
+        assert error_of(subscribed) == (409, "messenger_not_linked")
+        assert "messaging" in subscribed.json()["error"]["message"]
+        unsubscribed = await http.delete(f"/projects/{slug}/subscribe")
+        assert unsubscribed.json() == {"subscribed": False}
+
+
+async def test_internal_token_registry(tmp_path: Path, running_tokens: Running) -> None:
+    running = running_tokens
+    owner = "0x" + "ab" * 20
+    created = await add_token(running.base_url, "tok", owner.upper().replace("0X", "0x"))
+    assert created.status_code == 201
+    token = created.json()["token"]
+    assert token["ownerAddress"] == owner and token["template"] == "dpnm"
+    updated = await add_token(running.base_url, "tok", "0x" + "cd" * 20)
+    assert updated.status_code == 200 and updated.json()["token"]["ownerAddress"].endswith("cd")
+    clash = await add_token(running.base_url, "tok2", owner, instance=token["instance"])
+    assert error_of(clash) == (409, "conflict")
+    async with client(running) as http:
+        assert error_of(await http.put("/internal/tokens/x", json={})) == \
+            (401, "unauthenticated")
+        await sign_in(http)
+        assert error_of(await http.get("/internal/tokens/tok")) == (401, "unauthenticated")
+    async with client(running, headers={"Authorization": "Bearer test-internal-token"}) as ops:
+        assert (await ops.get("/internal/tokens/tok")).json()["token"]["slug"] == "tok"
+        assert error_of(await ops.get("/internal/tokens/none")) == (404, "not_found")
+        bad = await ops.put("/internal/tokens/tok", json={
+            "ownerAddress": owner, "template": "pump", "chainId": 56, "instance": owner})
+        assert error_of(bad) == (400, "invalid_request")
+
+
+async def test_the_routes_are_documented_in_openapi(running_tokens: Running) -> None:
+    async with client(running_tokens) as http:
+        spec = (await http.get("/openapi.json")).json()
+    create = spec["paths"]["/projects"]["post"]
+    body = create["requestBody"]["content"]["application/json"]["schema"]
+    assert body["additionalProperties"] is False
+    assert set(body["required"]) == {"tokenSlug", "title", "brief", "agentTemplate"}
+    assert "201" in create["responses"]
+    assert "put" in spec["paths"]["/internal/tokens/{slug}"]
+    assert "post" in spec["paths"]["/projects/{slug}/start"]

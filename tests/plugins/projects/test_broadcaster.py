@@ -1,0 +1,131 @@
+"""The ring, its readers, and the run queue's policy (no I/O)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from plugins.projects.broadcaster import Lagged, Ring, Subscription
+from plugins.projects.eventlog import StreamEvent
+from plugins.projects.queue import Backlog
+from plugins.projects.runs import Job, RunRequest, priority_of
+from plugins.projects.templates import builtin_templates
+
+
+def event(seq: int, run: str = "run_a") -> StreamEvent:
+    return StreamEvent(seq, run, "message", f'{{"role":"assistant","text":"{seq}"}}')
+
+
+def ring_with(count: int, capacity: int = 10, run: str = "run_a") -> Ring:
+    ring = Ring(capacity)
+    for seq in range(1, count + 1):
+        ring.append(event(seq, run))
+    return ring
+
+
+def seqs(chunk: bytes) -> list[int]:
+    return [int(line[4:]) for line in chunk.decode().splitlines() if line.startswith("id: ")]
+
+
+async def test_the_ring_keeps_the_newest_events_as_frames() -> None:
+    ring = ring_with(25)
+    assert (ring.first_seq, ring.last_seq) == (16, 25)
+    assert seqs(ring.frames_after(15)) == list(range(16, 26))
+    assert seqs(ring.frames_after(23)) == [24, 25]
+    assert ring.frames_after(25) == b""
+    with pytest.raises(Lagged):
+        ring.frames_after(14)
+    assert ring.frames_after(24) == (b'id: 25\nevent: message\n'
+                                     b'data: {"role":"assistant","text":"25"}\n\n')
+    reloaded = Ring(10)
+    reloaded.reset([event(seq) for seq in range(16, 26)], 25)
+    assert reloaded.frames_after(15) == ring.frames_after(15)
+    empty = Ring(10)
+    empty.reset([], 40)
+    assert (empty.first_seq, empty.last_seq) == (41, 40)
+
+
+async def test_where_readers_start() -> None:
+    ring = ring_with(25)
+    assert ring.start_cursor("20", None) == (20, None)
+    assert ring.start_cursor("15", None) == (15, None)  # every later event is held
+    assert ring.start_cursor("25", None) == (25, None)
+    for lost in ("14", "3", "26", "-1", "abc", ""):
+        assert ring.start_cursor(lost, None) == (15, "15"), lost
+    assert ring_with(5).start_cursor("9", None) == (0, "-1")
+    for seq in range(26, 29):
+        ring.append(event(seq, "run_b"))
+    assert ring.start_cursor(None, "run_b") == (25, None)
+    assert ring.start_cursor(None, "run_c") == (28, None)  # has not published yet
+    assert ring.start_cursor(None, None) == (28, None)
+    assert ring_with(30, run="run_a").start_cursor(None, "run_a") == (20, None)
+
+
+async def test_a_reader_takes_everything_pending_in_one_piece() -> None:
+    ring = ring_with(3, capacity=100)
+    with Subscription(ring, 0, max_lag=5) as reader:
+        assert ring.readers == 1
+        assert seqs(reader.take()) == [1, 2, 3]  # the replay is not lag
+        assert reader.take() == b""
+        for seq in range(4, 9):
+            ring.append(event(seq))
+        assert seqs(reader.take()) == [4, 5, 6, 7, 8]
+        for seq in range(9, 15):
+            ring.append(event(seq))
+        with pytest.raises(Lagged, match="more than 5 events behind"):
+            reader.take()
+    assert ring.readers == 0
+    old = Subscription(ring_with(30), 2, max_lag=1000)
+    with pytest.raises(Lagged):
+        old.take()
+
+
+async def test_readers_wake_when_the_ring_grows() -> None:
+    ring = ring_with(1)
+    reader = Subscription(ring, 1, max_lag=10)
+    woken: list[bytes] = []
+
+    async def wait_then_take() -> None:
+        await reader.wait()
+        woken.append(reader.take())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_then_take)
+        await trio.sleep(0.01)
+        assert woken == []
+        ring.append(event(2))
+        ring.append(event(3))
+        ring.wake()
+    assert [seqs(chunk) for chunk in woken] == [[2, 3]]
+    ring.close()
+    await reader.wait()
+    assert reader.closed
+
+
+def job(run_id: str, priority: int, order: int) -> Job:
+    template = builtin_templates()[0]
+    request = RunRequest(owner_id=1, template=template, brief="b", workspace=Path("w"),
+                         stream="s")
+    return Job(run_id, request, priority, order)
+
+
+def test_the_backlog_orders_by_priority_and_reserves_dedicated_slots() -> None:
+    assert [priority_of(f) for f in ({}, {"priorityQueue": True},
+                                     {"dedicatedRuntime": True, "priorityQueue": True})] == \
+        [0, 1, 2]
+    backlog = Backlog(shared_slots=1, dedicated_slots=1)
+    for index, (run_id, priority) in enumerate([("a", 0), ("b", 0), ("c", 1), ("d", 2),
+                                                ("e", 2)]):
+        backlog.push(job(run_id, priority, index))
+    started = backlog.startable()
+    assert [(j.run_id, j.lane) for j in started] == [("d", "dedicated"), ("e", "shared")]
+    assert backlog.startable() == []
+    backlog.release("shared")
+    assert [j.run_id for j in backlog.startable()] == ["c"]
+    assert backlog.remove("b") is not None and backlog.remove("zz") is None
+    backlog.release("dedicated")
+    assert backlog.startable() == []  # a dedicated slot is not for plain runs
+    backlog.release("shared")
+    assert [j.run_id for j in backlog.startable()] == ["a"] and len(backlog) == 0

@@ -1,0 +1,76 @@
+"""Two service processes sharing PostgreSQL and Redis: a reader on process B follows, and
+cancels, runs that execute on process A."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from tests.support.backends import POSTGRES_URL, REDIS_URL, postgres_schema, redis_prefix
+from tests.support.fake_openai import FakeOpenAI, Stall, StreamedTurn
+from tests.support.projects import (
+    add_token,
+    assert_well_formed,
+    eventually,
+    projects_env,
+    service_process,
+)
+from tests.support.server import free_port
+from tests.support.sse import open_sse
+from tests.support.wallet import sign_in
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+async def test_a_reader_on_process_b_follows_a_run_on_process_a(
+        tmp_path: Path, nursery: trio.Nursery) -> None:
+    assert POSTGRES_URL and REDIS_URL, (
+        "this test needs FLOWSVC_TEST_POSTGRES_URL and FLOWSVC_TEST_REDIS_URL (deselect it "
+        "with -m 'not redis' where they are not available)")
+    model = FakeOpenAI([StreamedTurn("Plan:\n1. Look\n2. Report", [("list_files", "{}")] * 5),
+                        StreamedTurn("All done."), Stall(30)])
+    model_url = await nursery.start(model.serve)
+    with postgres_schema() as database_url:
+        env = projects_env(tmp_path / "var", database_url=database_url, redis_url=REDIS_URL,
+                           prefix=redis_prefix(), backend="openai", model_base_url=model_url,
+                           model="fake")
+        port_a, port_b = free_port(), free_port()
+        # One after the other: A migrates the schema, then B starts on it.
+        async with service_process(env, port_a, tmp_path / "a.log"), \
+                service_process({**env, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}, port_b,
+                                tmp_path / "b.log"):
+            url_a, url_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
+            async with httpx.AsyncClient(base_url=url_a, timeout=30) as on_a:
+                wallet, _ = await sign_in(on_a)
+                assert (await add_token(url_a, "twin", wallet.address.lower())).status_code == 201
+                created = await on_a.post("/projects", json={
+                    "tokenSlug": "twin", "title": "Twin", "agentTemplate": "research-agent",
+                    "brief": "Compare the two processes."})
+                slug = created.json()["slug"]
+                path = f"/projects/{slug}/stream"
+                async with open_sse(url_b, path) as on_b, open_sse(url_a, path) as local:
+                    started = await on_a.post(f"/projects/{slug}/start")
+                    assert started.status_code == 201
+                    seen_on_b = await on_b.until("done")
+                    seen_on_a = await local.until("done")
+                assert seen_on_b == seen_on_a
+                assert_well_formed(seen_on_b)
+                assert len(seen_on_b) == 2 + 10 + 2
+                assert seen_on_b[-1].json() == {"runId": started.json()["runId"],
+                                                "finalStatus": "completed"}
+
+                async with httpx.AsyncClient(base_url=url_b, timeout=30,
+                                             cookies=on_a.cookies) as on_b_http:
+                    async with open_sse(url_b, path, {"Last-Event-ID": "14"}) as on_b:
+                        assert (await on_a.post(f"/projects/{slug}/start")).status_code == 201
+
+                        async def model_asked() -> bool:
+                            return len(model.requests) == 3
+
+                        await eventually(model_asked)
+                        cancelled = await on_b_http.post(f"/projects/{slug}/cancel")
+                        assert cancelled.json()["status"] == "cancelled"
+                        assert [event.event for event in await on_b.until("done")] == ["done"]
