@@ -13,6 +13,25 @@ jitter (any value down to 0, which spreads a burst of failed deliveries the most
 import random
 
 
+def retry_delay(
+    retry: int, base: float = 1.0, rng: random.Random | None = None, *, cap: float = 60.0
+) -> float:
+    """Return the seconds to wait before retry number ``retry`` (counting from 0).
+
+    Uniform on ``[0, min(cap, 2 * base * 2**retry)]``, so its mean is ``base * 2**retry`` while
+    below the cap. Pass a seeded ``rng`` for reproducible delays; by default a fresh OS-seeded
+    generator is used, so concurrent dispatchers do not retry in step.
+
+    Raises ``ValueError`` if ``retry`` is negative or ``base`` or ``cap`` is not positive.
+    """
+    if retry < 0:
+        raise ValueError("retry must be non-negative")
+    if base <= 0 or cap <= 0:
+        raise ValueError("base and cap must be positive")
+    draw = rng if rng is not None else random.Random()
+    return draw.uniform(0.0, min(cap, 2.0 * base * 2.0**retry))
+
+
 def retry_delays(
     attempts: int = 3,
     base: float = 1.0,
@@ -20,11 +39,7 @@ def retry_delays(
     *,
     cap: float = 60.0,
 ) -> list[float]:
-    """Return the seconds to wait before each of ``attempts`` retries.
-
-    Delay ``n`` (counting from 0) is uniform on ``[0, min(cap, 2 * base * 2**n)]``, so its mean
-    is ``base * 2**n`` while below the cap. Pass a seeded ``rng`` for reproducible delays; by
-    default a fresh OS-seeded generator is used, so concurrent dispatchers do not retry in step.
+    """Return the seconds to wait before each of ``attempts`` retries (see ``retry_delay``).
 
     Raises ``ValueError`` if ``attempts`` is negative or ``base`` or ``cap`` is not positive.
     """
@@ -33,4 +48,4 @@ def retry_delays(
     if base <= 0 or cap <= 0:
         raise ValueError("base and cap must be positive")
     draw = rng if rng is not None else random.Random()
-    return [draw.uniform(0.0, min(cap, 2.0 * base * 2.0**n)) for n in range(attempts)]
+    return [retry_delay(n, base, draw, cap=cap) for n in range(attempts)]

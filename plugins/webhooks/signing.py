@@ -23,9 +23,11 @@ import re
 import secrets as secrets_random
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Literal
+
+from runtime.wire import iso
 
 SIGNATURE_HEADER = "X-Service-Signature"
 WHSEC_PREFIX = "whsec_"
@@ -83,27 +85,42 @@ def _service_signature(secret: str, timestamp: int, body: bytes) -> str:
     return hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
 
 
-def sign_delivery(secret: str, body: bytes, *, timestamp: int, event_id: str) -> dict[str, str]:
+def sign_delivery(
+    secrets: str | Sequence[str], body: bytes, *, timestamp: int, event_id: str
+) -> dict[str, str]:
     """Return the signature headers of one delivery attempt of ``body``.
 
+    ``secrets`` is the subscription secret, or several while a rotated-out secret is still
+    honoured: each one adds a ``v1`` value to both schemes (``t=..,v1=<new>,v1=<old>`` and the
+    space-separated ``webhook-signature`` list), so receivers holding either secret verify.
     ``timestamp`` is the attempt's Unix time in seconds (a retry gets a new one); ``event_id`` is
     the envelope ``id``, stable across retries, and becomes ``webhook-id``. The caller adds
     ``Content-Type: application/json`` and must send ``body`` byte for byte.
 
     Raises ``ValueError`` for a negative timestamp, an ``event_id`` that is empty or not made of
-    ``[A-Za-z0-9_-]``, or a secret that is not ``whsec_<base64>``.
+    ``[A-Za-z0-9_-]``, no secret, or a secret that is not ``whsec_<base64>``.
     """
+    secret_list = [secrets] if isinstance(secrets, str) else list(secrets)
+    if not secret_list:
+        raise ValueError("sign_delivery needs at least one secret")
     if timestamp < 0:
         raise ValueError("timestamp must be a non-negative number of Unix seconds")
     if not _EVENT_ID.fullmatch(event_id):
         raise ValueError("event_id must be non-empty and contain only letters, digits, '_', '-'")
     standard_signed = f"{event_id}.{timestamp}.".encode("ascii") + body
-    standard_mac = hmac.new(standard_webhooks_key(secret), standard_signed, hashlib.sha256)
+    service_values = [f"v1={_service_signature(secret, timestamp, body)}" for secret in secret_list]
+    standard_values = [
+        "v1,"
+        + base64.b64encode(
+            hmac.new(standard_webhooks_key(secret), standard_signed, hashlib.sha256).digest()
+        ).decode("ascii")
+        for secret in secret_list
+    ]
     return {
-        SIGNATURE_HEADER: f"t={timestamp},v1={_service_signature(secret, timestamp, body)}",
+        SIGNATURE_HEADER: ",".join([f"t={timestamp}", *service_values]),
         "webhook-id": event_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": "v1," + base64.b64encode(standard_mac.digest()).decode("ascii"),
+        "webhook-signature": " ".join(standard_values),
     }
 
 
@@ -193,16 +210,11 @@ def verify_delivery(
         )
 
 
-def format_timestamp(moment: datetime) -> str:
-    """Render an aware datetime as ISO 8601 UTC with milliseconds and ``Z``.
-
-    Milliseconds are truncated, never rounded up into the next second. Raises ``ValueError`` for
-    a naive datetime, whose zone would be a guess.
-    """
+def _utc_iso(moment: datetime) -> str:
+    """``runtime.wire.iso`` for aware datetimes only: a naive one's zone would be a guess."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("datetime must be timezone-aware")
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return iso(moment)
 
 
 def _json_default(value: object) -> str:
@@ -216,7 +228,7 @@ def _json_default(value: object) -> str:
             raise ValueError(f"amount {value} has more than 6 decimals")
         return format(quantized, "f")
     if isinstance(value, datetime):
-        return format_timestamp(value)
+        return _utc_iso(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable in a webhook payload")
 
 
@@ -238,7 +250,7 @@ def envelope_body(
         "id": event_id,
         "event": event,
         "user_id": user_id,
-        "created_at": format_timestamp(created_at),
+        "created_at": _utc_iso(created_at),
         "data": dict(data),
     }
     text = json.dumps(envelope, separators=(",", ":"), allow_nan=False, default=_json_default)

@@ -66,7 +66,7 @@ class UnsafeUrlError(ValueError):
         self.reason: UnsafeUrlReason = reason
 
 
-def _normalize_host(host: str) -> str:
+def normalize_host(host: str) -> str:
     """Lowercase, drop one trailing dot, and write IP literals canonically."""
     host = host.lower().removesuffix(".")
     try:
@@ -104,7 +104,7 @@ class UrlPolicy:
         """
         return cls(
             allow_http=allow_http,
-            allowed_hosts=frozenset(_normalize_host(host) for host in allowed_hosts),
+            allowed_hosts=frozenset(normalize_host(host) for host in allowed_hosts),
             allowed_networks=tuple(ipaddress.ip_network(net) for net in allowed_networks),
         )
 
@@ -201,7 +201,7 @@ def _vet_syntax(url: str, policy: UrlPolicy) -> _Target:
         raise UnsafeUrlError("userinfo_not_allowed", "URL must not contain a user name or password")
     if not parts.hostname:
         raise UnsafeUrlError("invalid_url", "URL has no host")
-    host = _normalize_host(parts.hostname)
+    host = normalize_host(parts.hostname)
     port = _DEFAULT_PORTS[scheme] if explicit_port is None else explicit_port
     host_allowed = host in policy.allowed_hosts
     try:

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from plugins.webhooks.backoff import retry_delays
+from plugins.webhooks.backoff import retry_delay, retry_delays
 
 SAMPLES = 20_000
 
@@ -58,3 +58,14 @@ def test_zero_attempts_is_an_empty_schedule() -> None:
 def test_invalid_arguments_are_refused(attempts: int, base: float, cap: float) -> None:
     with pytest.raises(ValueError, match="must be"):
         retry_delays(attempts=attempts, base=base, cap=cap)
+
+
+def test_one_retry_delay_is_drawn_from_its_own_full_jitter_range() -> None:
+    rng = random.Random(7)
+    draws = [retry_delay(2, 0.5, rng) for _ in range(2000)]
+
+    assert all(0 <= delay <= 4.0 for delay in draws)
+    assert 1.8 < statistics.fmean(draws) < 2.2  # mean base * 2**2
+    assert retry_delay(10, 1.0, rng, cap=3.0) <= 3.0
+    with pytest.raises(ValueError):
+        retry_delay(-1)

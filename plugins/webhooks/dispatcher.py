@@ -1,0 +1,227 @@
+"""The dispatcher actor: claims due deliveries, sends them, settles the outcomes.
+
+The actor's tasks share its state. The *claimer* leases due deliveries from the outbox
+(``outbox.claim_due``), never more than the free concurrency slots, overall and per target
+host, so that everything it claims is sent at once and no lease runs out while waiting; then it
+sleeps until the next delivery falls due, a wake-up arrives (an event committed in this
+process, a finished attempt) or ``poll_seconds`` pass, whichever comes first, so nothing
+depends on a wake-up. An *attempt* task per claimed delivery makes one HTTP attempt
+(``sender.send_attempt``) and frees its slot when the request is over. The *settler* records
+finished attempts in batches, one transaction each (``outbox.settle``); until then the delivery
+stays leased, so claiming and settling overlap without a delivery being claimed twice.
+
+Owns: the HTTP client and its connection pool, the slot counts, and the leases it holds, which
+it gives back when it stops (a crash loses nothing either: leases expire). Messages: ``"wake"``
+(cast by ``wake_dispatcher`` after a commit) makes it look for due deliveries at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import Counter
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import httpx
+import trio
+from prometheus_client import Counter as MetricCounter
+from prometheus_client import Gauge, Histogram
+
+from plugins.webhooks.backoff import retry_delay
+from plugins.webhooks.outbox import (
+    PURGE_BATCH,
+    Claim,
+    Job,
+    Outcome,
+    claim_due,
+    purge_finished,
+    release_claims,
+    settle,
+)
+from plugins.webhooks.sender import open_client, send_attempt
+from plugins.webhooks.settings import WebhooksSettings
+from runtime.actors import ActorSpec, Mailbox
+from runtime.errors import Unavailable
+from runtime.service import Service
+from runtime.wire import utcnow
+
+log = logging.getLogger("flowsvc.webhooks")
+DISPATCHER = "webhooks.dispatcher"
+SETTLE_BATCH = 256
+PURGE_INTERVAL_SECONDS = 3600.0
+DB_RETRY_SECONDS = 1.0
+
+
+def wake_dispatcher(service: Service) -> None:
+    """Tell this process's dispatcher that deliveries may be due (after a commit). Dropping
+    the wake-up when the mailbox is full or the actor is not running is fine: it polls."""
+    address = service.registry.get(DISPATCHER)
+    if address is not None:
+        address.try_cast("wake")
+
+
+class DispatcherMetrics:
+    """The dispatcher's Prometheus collectors, created once per service."""
+
+    def __init__(self, service: Service) -> None:
+        registry = service.metrics.registry
+        self.attempts = MetricCounter(
+            "flowsvc_webhook_attempts", "Webhook delivery attempts by how they settled "
+            "(delivered, retry, failed, stale)", ["outcome"], registry=registry)
+        self.seconds = Histogram(
+            "flowsvc_webhook_attempt_seconds", "Duration of webhook delivery attempts",
+            registry=registry, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.in_flight = Gauge("flowsvc_webhook_in_flight", "Webhook attempts being sent",
+                               registry=registry)
+
+
+class _Dispatcher:
+    """The state of one run of the actor (a restart builds a new one)."""
+
+    def __init__(self, service: Service, settings: WebhooksSettings, owner: str,
+                 metrics: DispatcherMetrics, client: httpx.AsyncClient) -> None:
+        self.service = service
+        self.client = client
+        self.settings = settings
+        self.owner = owner
+        self.metrics = metrics
+        self.policy = settings.url_policy()
+        self.wake = trio.Event()
+        self.in_flight = 0
+        self.by_host: Counter[str] = Counter()
+        self.outcomes_in, self.outcomes_out = trio.open_memory_channel[Outcome](
+            settings.max_concurrency)
+
+    async def listen(self, mailbox: Mailbox) -> None:
+        async for _envelope in mailbox:
+            self.wake.set()
+
+    async def claim_loop(self, nursery: trio.Nursery) -> None:
+        settings = self.settings
+        while True:
+            self.wake = trio.Event()  # wake-ups from now on count; earlier ones are served
+            room = settings.max_concurrency - self.in_flight
+            claim = Claim(jobs=[], next_due=None, exhausted=True)
+            if room > 0:
+                host_room = {host: settings.per_host_concurrency - used
+                             for host, used in self.by_host.items() if used}
+                claim = await self._write(claim_due, owner=self.owner,
+                                          lease_seconds=settings.lease_seconds, room=room,
+                                          host_room=host_room,
+                                          per_host=settings.per_host_concurrency)
+                for job in claim.jobs:
+                    self.in_flight += 1
+                    self.by_host[job.host] += 1
+                    nursery.start_soon(self.attempt, job)
+                self.metrics.in_flight.set(self.in_flight)
+                if claim.jobs and not claim.exhausted:
+                    continue
+            wait = settings.poll_seconds
+            if claim.next_due is not None:
+                until_due = (claim.next_due - utcnow()).total_seconds()
+                if until_due > 0:
+                    wait = min(wait, until_due)
+            with trio.move_on_after(wait):
+                await self.wake.wait()
+
+    async def attempt(self, job: Job) -> None:
+        try:
+            outcome = await send_attempt(self.client, job, self.policy,
+                                         self.settings.timeout_seconds)
+        except Exception:
+            # A delivery that breaks the sender would crash the actor again after each
+            # restart until the supervisor gives up and stops the service: fail it instead.
+            log.exception("webhook delivery %s could not be sent", job.delivery_id)
+            outcome = Outcome(job=job, started_at=utcnow(), duration_ms=0, status_code=None,
+                              error="internal error while sending", permanent=True)
+        self.metrics.seconds.observe(outcome.duration_ms / 1000)
+        # The slot is free as soon as the request is over: the delivery stays leased until
+        # it is settled, so no claim can pick it again meanwhile. The channel is as deep as
+        # the slots, which bounds the leased-but-unsettled deliveries.
+        self.in_flight -= 1
+        self.by_host[job.host] -= 1
+        if not self.by_host[job.host]:
+            del self.by_host[job.host]
+        self.metrics.in_flight.set(self.in_flight)
+        self.wake.set()
+        await self.outcomes_in.send(outcome)
+
+    async def settle_loop(self) -> None:
+        async for first in self.outcomes_out:
+            batch = [first]
+            while len(batch) < SETTLE_BATCH:
+                try:
+                    batch.append(self.outcomes_out.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await self._settle(batch)
+
+    async def _settle(self, batch: list[Outcome]) -> None:
+        settled = await self._write(settle, batch, owner=self.owner,
+                                    max_retries=self.settings.max_retries,
+                                    retry_delay=partial(retry_delay,
+                                                        base=self.settings.backoff_base_seconds))
+        for result in settled:
+            self.metrics.attempts.labels(outcome=result).inc()
+        self.wake.set()  # a retry was scheduled: the next due time may be sooner
+
+    async def purge_loop(self) -> None:
+        while True:
+            cutoff = utcnow() - timedelta(days=self.settings.retention_days)
+            purged = PURGE_BATCH
+            while purged == PURGE_BATCH:  # in batches: no long transaction blocks the outbox
+                purged = await self._write(purge_finished, cutoff)
+            await trio.sleep(PURGE_INTERVAL_SECONDS)
+
+    async def stop(self) -> None:
+        """Settle what was sent, give back the leases still held (called shielded)."""
+        batch: list[Outcome] = []
+        while True:
+            try:
+                batch.append(self.outcomes_out.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        with trio.move_on_after(5):
+            if batch:
+                await self._settle(batch)
+            await self.service.db.write(release_claims, self.owner)
+
+    async def _write(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``db.write``, retried while the database is unavailable (the leases wait)."""
+        while True:
+            try:
+                return await self.service.db.write(lambda c: fn(c, *args, **kwargs))
+            except Unavailable:
+                log.warning("webhook dispatcher: database unavailable, retrying")
+                await trio.sleep(DB_RETRY_SECONDS)
+
+    async def serve(self, mailbox: Mailbox, task_status: trio.TaskStatus[Any]) -> None:
+        """Run the four tasks until cancelled; then settle and release (shielded)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.listen, mailbox)
+                nursery.start_soon(self.settle_loop)
+                nursery.start_soon(self.purge_loop)
+                nursery.start_soon(self.claim_loop, nursery)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stop()
+
+
+def dispatcher_actor(service: Service, settings: WebhooksSettings) -> ActorSpec:
+    """The ``webhooks.dispatcher`` actor of ``service``."""
+    owner = secrets.token_hex(8)  # this process's claims; survives restarts of the actor
+    metrics = DispatcherMetrics(service)
+
+    async def run(mailbox: Mailbox, *,
+                  task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        # Leases of an earlier run of this actor in this process (it crashed) are ours.
+        await service.db.write(release_claims, owner)
+        async with open_client(max_connections=settings.max_concurrency,
+                               timeout=settings.timeout_seconds) as client:
+            await _Dispatcher(service, settings, owner, metrics, client).serve(mailbox, task_status)
+
+    return ActorSpec(name=DISPATCHER, run=run, mailbox_size=16, shutdown_timeout=10.0)

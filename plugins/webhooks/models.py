@@ -1,0 +1,87 @@
+"""Request and response bodies of the webhook routes (they also document /openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, Field
+
+DeliveryState = Literal["pending", "delivered", "failed"]
+
+
+class CreateWebhookRequest(BaseModel):
+    url: str = Field(min_length=1, max_length=2048,
+                     description="https URL that receives the signed POSTs")
+    events: list[str] = Field(max_length=100, description="event names; [] means every event "
+                              "type, including types added later")
+
+
+class RecoverRequest(BaseModel):
+    since: AwareDatetime = Field(description="re-send failed deliveries of events from this time")
+    until: AwareDatetime | None = Field(None, description="up to this time (default: now)")
+
+
+class DeliveriesQuery(BaseModel):
+    limit: int = Field(20, ge=1, description="page size; more than 100 is clamped to 100")
+    cursor: str | None = Field(None, pattern=r"^[0-9]{1,19}$", description="nextCursor of the "
+                               "previous page")
+    state: DeliveryState | None = None
+
+
+class WebhookOut(BaseModel):
+    id: str
+    url: str
+    events: list[str]
+    created_at: str
+    last_error: str | None
+    last_error_at: str | None
+    secret: str | None = Field(None, description="only when created or rotated")
+
+
+class WebhookResponse(BaseModel):
+    webhook: WebhookOut
+
+
+class WebhookListResponse(BaseModel):
+    webhooks: list[WebhookOut]
+
+
+class EventTypeOut(BaseModel):
+    name: str
+    description: str
+
+
+class EventTypesResponse(BaseModel):
+    events: list[EventTypeOut]
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    at: str
+    duration_ms: int
+    status_code: int | None
+    error: str | None
+    outcome: Literal["delivered", "retry", "failed"]
+
+
+class DeliveryOut(BaseModel):
+    event_id: str
+    event: str
+    state: DeliveryState
+    created_at: str
+    next_attempt_at: str | None
+    finished_at: str | None
+    attempts: list[AttemptOut]
+
+
+class DeliveryResponse(BaseModel):
+    delivery: DeliveryOut
+
+
+class DeliveryListResponse(BaseModel):
+    deliveries: list[DeliveryOut]
+    nextCursor: str | None
+
+
+class RecoverResponse(BaseModel):
+    recovered: int
