@@ -1,0 +1,182 @@
+"""Runs of marketplace agents on a caller's brief, through the projects plugin's runner.
+
+A run is started with the projects plugin's documented ``start_run`` (the same runner,
+run queue and SSE event log as project runs) on an event stream of its own,
+``agent-run-<hex>``, and a workspace of its own under the projects' workspace root. Its
+``before_tool_call`` bills each call: the tool's price (fixed when the run starts, see
+``access.terms_of_use``) is charged to the caller's API key through ``keys.meter`` and
+then credited to the agent's owner. When the key's spend cap is reached the charge is
+refused (``SpendCapReached``) and the runner stops the run with that reason; the key's
+next request is answered 402 by the keys plugin.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, select, update
+
+from plugins.marketplace.access import Terms
+from plugins.marketplace.catalog import Agent, price_list
+from plugins.marketplace.charges import charge_key
+from plugins.marketplace.errors import TemplateUnknown
+from plugins.marketplace.ledger import Earning, credit, register_run
+from plugins.marketplace.tables import agents, runs
+from plugins.projects.runs import RunRequest, start_run
+from plugins.projects.settings import ProjectsSettings
+from runtime.agents import AgentTemplate
+from runtime.errors import Unavailable
+from runtime.wire import as_utc, format_flow, iso
+
+if TYPE_CHECKING:
+    from runtime.service import Service
+
+RUN_WORKSPACES = "agent-runs"
+
+
+def projects_settings(service: Service) -> ProjectsSettings:
+    """The projects plugin's settings (its workspaces, its stream).
+
+    :raises Unavailable: the projects plugin, which runs agents, is not enabled.
+    """
+    if "projects" not in service.settings.plugins.enabled:
+        raise Unavailable("runs of agents need the projects plugin, which is not enabled")
+    return service.plugin_settings("projects", ProjectsSettings)
+
+
+def agent_template(service: Service, agent: Agent) -> AgentTemplate:
+    """The template a run of ``agent`` uses: its base template with the owner's
+    instructions appended to the system prompt.
+
+    :raises TemplateUnknown: the base template is no longer provided by any plugin.
+    """
+    base = service.templates.get(agent.agent_template)
+    if base is None:
+        raise TemplateUnknown(f"agent {agent.slug!r} uses the template "
+                              f"{agent.agent_template!r}, which no enabled plugin provides")
+    prompt = base.system_prompt
+    if agent.instructions:
+        prompt += f"\n\nInstructions from the author of this agent:\n{agent.instructions}"
+    return AgentTemplate(name=f"agent:{agent.slug}", description=agent.description,
+                         system_prompt=prompt, offline_plan=base.offline_plan)
+
+
+@dataclass
+class CallBilling:
+    """The ``before_tool_call`` of one run: charges the caller, credits the owner.
+
+    ``run_id`` is filled in by ``prepare``, in the transaction that records the run and
+    before any call can happen.
+    """
+
+    service: Service
+    terms: Terms
+    key_id: int | None
+    run_id: str = ""
+
+    async def __call__(self, tool: str) -> None:
+        """Bill one call of ``tool``.
+
+        :raises SpendCapReached: the key's cap is reached (the runner stops the run).
+        :raises Unauthenticated: the key was revoked meanwhile.
+        """
+        price = self.terms.prices.get(tool, 0)
+        if price:
+            assert self.key_id is not None  # paid runs are refused without a key
+            await charge_key(self.service, self.key_id, price, self.terms.agent.slug)
+        await self.service.db.write(record_call, self.run_id, self.terms, self.key_id, tool,
+                                    price)
+
+
+def record_call(connection: Connection, run_id: str, terms: Terms, key_id: int | None,
+                tool: str, price: int) -> None:
+    """Count one call of a run and credit its price (already charged) to the owner."""
+    connection.execute(update(runs).where(runs.c.run_id == run_id).values(
+        tool_calls=runs.c.tool_calls + 1, charged_micro=runs.c.charged_micro + price))
+    if price:
+        agent = terms.agent
+        credit(connection, Earning(agent_id=agent.id, owner_id=agent.owner_id,
+                                   payer_id=terms.user_id, key_id=key_id, kind="tool_call",
+                                   amount_micro=price, tool=tool, run_id=run_id))
+
+
+async def start_agent_run(service: Service, terms: Terms, brief: str, key_id: int | None
+                          ) -> str:
+    """Queue a run of ``terms.agent`` for ``terms.user_id`` on ``brief``.
+
+    :return: the run id.
+    :raises TemplateUnknown: the agent's template is gone.
+    :raises Unavailable: the projects plugin is not enabled, or its run queue not running.
+    """
+    agent = terms.agent
+    projects = projects_settings(service)
+    token = secrets.token_hex(10)
+    stream = f"agent-run-{token}"
+    billing = CallBilling(service, terms, key_id)
+
+    def prepare(connection: Connection, run_id: str) -> None:
+        billing.run_id = run_id
+        register_run(connection, run_id=run_id, stream=stream, agent_id=agent.id,
+                     user_id=terms.user_id, key_id=key_id, prices=terms.prices,
+                     counted=terms.user_id != agent.owner_id)
+
+    request = RunRequest(
+        owner_id=terms.user_id, template=agent_template(service, agent), brief=brief,
+        workspace=Path(projects.workspaces(service.settings.service.var_dir))
+        / RUN_WORKSPACES / token,
+        # No project slug: tools would build /projects/<slug>/files/... URLs from it, which
+        # could name somebody's project; an agent run's files are not served (yet).
+        stream=stream, project={"title": agent.name},
+        before_tool_call=billing, key_id=key_id)
+    run_id: str = await start_run(service, request, prepare=prepare)
+    return run_id
+
+
+def stream_url(service: Service, run_id: str) -> str:
+    """The public URL of a run's event stream."""
+    return f"{service.settings.service.public_url.rstrip('/')}/agent-runs/{run_id}/stream"
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """What the marketplace knows of one run of an agent (``prices``: micro-FLOW per call
+    by tool, fixed when it started; empty when its calls are not charged)."""
+
+    run_id: str
+    stream: str
+    agent_slug: str
+    user_id: int
+    tool_calls: int
+    charged_micro: int
+    prices: dict[str, int]
+    started_at: datetime
+
+    def public(self, service: Service, progress: dict[str, Any] | None) -> dict[str, Any]:
+        """The run on the wire; ``progress`` is the projects' view of it (status, times)."""
+        body: dict[str, Any] = {
+            "runId": self.run_id, "agentSlug": self.agent_slug,
+            "toolPrices": price_list(self.prices), "toolCalls": self.tool_calls,
+            "chargedFlow": format_flow(self.charged_micro),
+            "startedAt": iso(self.started_at),
+            "streamUrl": stream_url(service, self.run_id)}
+        if progress is not None:
+            body.update(status=progress["status"], reason=progress["reason"],
+                        endedAt=progress["endedAt"])
+        return body
+
+
+def find_run(connection: Connection, run_id: str) -> AgentRun | None:
+    """The marketplace run ``run_id``, or None (not a run of an agent)."""
+    row = connection.execute(select(runs, agents.c.slug)
+                             .join(agents, agents.c.id == runs.c.agent_id)
+                             .where(runs.c.run_id == run_id)).first()
+    if row is None:
+        return None
+    return AgentRun(run_id=row.run_id, stream=row.stream, agent_slug=row.slug,
+                    user_id=int(row.user_id), tool_calls=int(row.tool_calls),
+                    charged_micro=int(row.charged_micro), prices=dict(row.prices),
+                    started_at=as_utc(row.started_at))

@@ -1,0 +1,44 @@
+"""Charging FLOW to a caller's API key through the keys plugin's meter.
+
+Paid use of an agent (per-call tool prices, subscriptions) is billed to the API key the
+caller used, through the ``keys.meter`` actor's documented ``Charge`` message: the charge
+counts in the key's period spend (so ``X-FLOW-Period-Used``, spend caps and 402 apply to
+it) and in the key's usage log under the model name ``agent:<slug>``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from plugins.keys.meter import METER_ACTOR, Charge
+from plugins.marketplace.errors import ApiKeyRequired
+from runtime.principal import Principal
+
+if TYPE_CHECKING:
+    from runtime.service import Service
+
+METER_TIMEOUT_SECONDS = 5.0
+
+
+def billing_key(principal: Principal, what: str) -> int:
+    """The API key paid use is billed to.
+
+    :raises ApiKeyRequired: the caller did not authenticate with an API key.
+    """
+    if principal.via != "api_key" or principal.key_id is None:
+        raise ApiKeyRequired(f"{what} is billed to an API key: call with x-api-key")
+    return principal.key_id
+
+
+async def charge_key(service: Service, key_id: int, micro_flow: int, slug: str) -> None:
+    """Charge ``micro_flow`` to ``key_id`` for agent ``slug`` (nothing for 0).
+
+    :raises SpendCapReached: the key's period spend has reached its cap (402).
+    :raises Unauthenticated: the key was revoked or no longer exists (401).
+    :raises Unavailable: the meter did not answer (503).
+    """
+    if micro_flow == 0:
+        return
+    await service.registry.lookup(METER_ACTOR).call(
+        Charge(key_id=key_id, micro_flow=micro_flow, model=f"agent:{slug}"[:64]),
+        timeout=METER_TIMEOUT_SECONDS)

@@ -1,0 +1,37 @@
+"""Hook implementations of the marketplace plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from quart import Blueprint
+
+from plugins.marketplace import tables
+from plugins.marketplace.publication import AGENT_PUBLISHED
+from plugins.marketplace.routes import build_blueprint
+from plugins.marketplace.scheduler import scheduler_actor
+from plugins.marketplace.settings import MarketplaceSettings
+from plugins.marketplace.usage_routes import build_usage_blueprint
+from runtime.actors import ActorSpec
+from runtime.events import EventType
+from runtime.hookspecs import hookimpl
+from runtime.plugin_kit import standard_hooks
+from runtime.service import Service
+
+flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
+    "marketplace", MarketplaceSettings, tables.metadata, Path(__file__).parent / "migrations")
+
+
+@hookimpl
+def flowsvc_webhook_events() -> list[EventType]:
+    return [AGENT_PUBLISHED]
+
+
+@hookimpl
+def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    return [build_blueprint(service), build_usage_blueprint(service)]
+
+
+@hookimpl
+def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    return [scheduler_actor(service, service.plugin_settings("marketplace", MarketplaceSettings))]
