@@ -21,10 +21,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 import coredis
 import trio
 
+from runtime.config import ConfigError
 from runtime.errors import Unavailable
 
 _SUBSCRIBER_BUFFER = 1024
@@ -284,10 +286,32 @@ async def open_shared_state(redis_url: str, prefix: str = "flowsvc:"
 
     :param prefix: put before every Redis key and channel, so that several deployments
         (or test runs) can share one Redis.
+    :raises ConfigError: Redis does not answer within ``REDIS_START_SECONDS``.
     """
     if not redis_url:
         yield MemorySharedState()
         return
+    await _probe_redis(redis_url)
     client: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
     async with client:
         yield RedisSharedState(client, prefix)
+
+
+REDIS_START_SECONDS = 5.0
+
+
+async def _probe_redis(redis_url: str) -> None:
+    """Fail the start with a clear message instead of retrying forever on a dead Redis.
+
+    A separate short-lived client keeps the timeout's cancel scope around its whole
+    lifetime (coredis clients run tasks of their own while open).
+    """
+    where = urlsplit(redis_url).netloc.rpartition("@")[2]  # never print a password
+    try:
+        with trio.fail_after(REDIS_START_SECONDS):
+            probe: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+            async with probe:
+                await probe.ping()
+    except Exception as exc:  # a timeout, or coredis errors, bare or grouped by its tasks
+        raise ConfigError(f"cannot reach Redis at {where} ({type(exc).__name__}); "
+                          "check FLOWSVC_REDIS_URL") from None

@@ -133,3 +133,12 @@ def test_the_service_runs_its_migrations_and_serves_the_embedded_default(tmp_pat
     assert nonce.status_code == 200
     assert (tmp_path / "var" / "flowsvc.db").exists()
     assert (tmp_path / "var" / "secrets.json").exists()
+
+
+def test_an_unreachable_redis_stops_the_start_with_a_clear_message(tmp_path: Path) -> None:
+    closed = free_port()
+    env = _env(tmp_path, redis_url=f"redis://user:hunter2@127.0.0.1:{closed}/0")
+    code, output = run_flowsvc(env, "serve", "--bind", f"127.0.0.1:{free_port()}", timeout=30)
+    assert code == 2
+    assert f"cannot reach Redis at 127.0.0.1:{closed}" in output
+    assert "hunter2" not in output
