@@ -16,21 +16,17 @@ schema of its own that is dropped afterwards. Results go to
 """
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
 import random
-import secrets
 import sys
 import tempfile
-import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import httpx
-import psycopg
 import trio
 from sqlalchemy import Connection, insert, select
 
@@ -41,6 +37,7 @@ from bench.harness import (
     free_port,
     hello_server,
     measure_pair,
+    postgres_schema,
     print_report,
     python_module_argv,
     require_wrk,
@@ -166,20 +163,6 @@ def _at_position(connection: Connection, sort: str, position: int) -> Any:
         select(entry.score, entry.agent_id).where(entry.sort == sort)
         .order_by(entry.score.desc(), entry.agent_id.desc())
         .offset(position - 1).limit(1)).one()
-
-
-@contextlib.contextmanager
-def postgres_schema(url: str) -> Iterator[str]:
-    """A fresh schema in ``url``'s database; yields a URL that uses it, drops it after."""
-    schema = f"bench_{secrets.token_hex(4)}"
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(f'CREATE SCHEMA "{schema}"')
-    separator = "&" if "?" in url else "?"
-    try:
-        yield f"{url}{separator}options={urllib.parse.quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as connection:
-            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def measure_backend(name: str, database_url: str, args: argparse.Namespace

@@ -25,26 +25,28 @@ import argparse
 import datetime
 import json
 import os
-import secrets
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from datetime import UTC
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
-import psycopg
 import trio
 from sqlalchemy import Connection
 
 from bench.bench_session import session_cookie
-from bench.harness import free_port, python_module_argv, running_server, write_json
+from bench.harness import (
+    free_port,
+    postgres_schema,
+    python_module_argv,
+    running_server,
+    write_json,
+)
 from plugins.webhooks.signing import envelope_body, new_secret, sign_delivery
 from runtime.config import load_settings
 from runtime.events import emit_event
@@ -70,20 +72,6 @@ def service_env(var_dir: Path, database_url: str, concurrency: int) -> dict[str,
         "FLOWSVC_PLUGINS_WEBHOOKS_PER_HOST_CONCURRENCY": str(concurrency),
         "FLOWSVC_PLUGINS_WEBHOOKS_POLL_SECONDS": "0.1",
     }
-
-
-@contextmanager
-def postgres_schema(url: str) -> Any:
-    """A fresh schema in ``url``'s database; yields a URL that uses it, drops it at the end."""
-    schema = f"bench_{secrets.token_hex(6)}"
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(f'CREATE SCHEMA "{schema}"')
-    separator = "&" if "?" in url else "?"
-    try:
-        yield f"{url}{separator}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as connection:
-            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

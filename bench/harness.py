@@ -424,3 +424,26 @@ def flowsvc_server(env: Mapping[str, str], var_dir: Path | None = None
         with running_server(argv, base_url=f"http://127.0.0.1:{port}", ready_path="/healthz",
                             env={**defaults, **env}) as server:
             yield server
+
+
+@contextlib.contextmanager
+def postgres_schema(url: str) -> Iterator[str]:
+    """A fresh schema in ``url``'s database; yields a SQLAlchemy URL using it, drops it after.
+
+    Lets benchmarks and tests share one PostgreSQL server without seeing each other's rows.
+    """
+    import secrets
+    import urllib.parse
+
+    import psycopg
+
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    schema = f"flowsvc_{secrets.token_hex(6)}"
+    with psycopg.connect(plain, autocommit=True) as connection:
+        connection.execute(f'CREATE SCHEMA "{schema}"')
+    separator = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{separator}options={urllib.parse.quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(plain, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')

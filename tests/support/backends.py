@@ -12,9 +12,10 @@ import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import quote
 
 import psycopg
+
+from bench import harness
 
 POSTGRES_URL = os.environ.get("FLOWSVC_TEST_POSTGRES_URL", "")
 REDIS_URL = os.environ.get("FLOWSVC_TEST_REDIS_URL", "")
@@ -30,15 +31,8 @@ def _plain(url: str) -> str:
 @contextmanager
 def postgres_schema() -> Iterator[str]:
     """A fresh schema in the test PostgreSQL; yields a SQLAlchemy URL that uses it."""
-    schema = f"t_{secrets.token_hex(6)}"
-    with psycopg.connect(_plain(POSTGRES_URL), autocommit=True) as connection:
-        connection.execute(f'CREATE SCHEMA "{schema}"')
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        yield f"{POSTGRES_URL}{separator}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(_plain(POSTGRES_URL), autocommit=True) as connection:
-            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with harness.postgres_schema(POSTGRES_URL) as url:
+        yield url
 
 
 def redis_prefix() -> str:
