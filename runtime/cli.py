@@ -131,7 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(settings: Settings, args: argparse.Namespace, commands: list[Command]) -> int:
     from runtime.server import check_workers, run_server, serve_workers
+    from runtime.shared import probe_redis
 
+    if settings.redis.url and args.command != "plugins":
+        trio.run(probe_redis, settings.redis.url)
     if args.command == "serve":
         workers = args.workers or settings.service.workers
         bind = args.bind or settings.service.bind

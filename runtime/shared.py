@@ -286,12 +286,10 @@ async def open_shared_state(redis_url: str, prefix: str = "flowsvc:"
 
     :param prefix: put before every Redis key and channel, so that several deployments
         (or test runs) can share one Redis.
-    :raises ConfigError: Redis does not answer within ``REDIS_START_SECONDS``.
     """
     if not redis_url:
         yield MemorySharedState()
         return
-    await _probe_redis(redis_url)
     client: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
     async with client:
         yield RedisSharedState(client, prefix)
@@ -300,11 +298,15 @@ async def open_shared_state(redis_url: str, prefix: str = "flowsvc:"
 REDIS_START_SECONDS = 5.0
 
 
-async def _probe_redis(redis_url: str) -> None:
-    """Fail the start with a clear message instead of retrying forever on a dead Redis.
+async def probe_redis(redis_url: str) -> None:
+    """Fail a start with a clear message instead of retrying forever on a dead Redis.
 
-    A separate short-lived client keeps the timeout's cancel scope around its whole
-    lifetime (coredis clients run tasks of their own while open).
+    The CLI calls it before serving; a service embedded in-process (tests) may start
+    with Redis down and report it on ``/readyz``. A separate short-lived client keeps
+    the timeout's cancel scope around its whole lifetime (coredis clients run tasks of
+    their own while open).
+
+    :raises ConfigError: Redis does not answer within ``REDIS_START_SECONDS``.
     """
     where = urlsplit(redis_url).netloc.rpartition("@")[2]  # never print a password
     try:
