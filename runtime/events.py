@@ -44,6 +44,12 @@ class OutboundEvent:
     created_at: datetime
     data: Mapping[str, Any]
 
+    @classmethod
+    def new(cls, name: str, user_id: int, data: Mapping[str, Any]) -> OutboundEvent:
+        """A fresh event happening now, with a new id."""
+        return cls(id=f"evt_{uuid.uuid4().hex}", name=name, user_id=user_id,
+                   created_at=datetime.now(UTC), data=dict(data))
+
 
 def emit_event(service: Service, connection: Connection, *, user_id: int, name: str,
                data: Mapping[str, Any]) -> OutboundEvent:
@@ -53,8 +59,7 @@ def emit_event(service: Service, connection: Connection, *, user_id: int, name: 
     """
     if name not in service.event_types:
         raise ValueError(f"event {name!r} is not declared by any enabled plugin")
-    event = OutboundEvent(id=f"evt_{uuid.uuid4().hex}", name=name, user_id=user_id,
-                          created_at=datetime.now(UTC), data=dict(data))
+    event = OutboundEvent.new(name, user_id, data)
     service.pm.hook.flowsvc_event_emitted(service=service, connection=connection, event=event)
     return event
 

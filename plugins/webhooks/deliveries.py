@@ -6,7 +6,6 @@ subscription id and raises ``NotFound`` when that subscription is not the caller
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any
 
@@ -91,10 +90,9 @@ def send_ping(connection: Connection, user_id: int, subscription_id: int, retrie
     other event.
     """
     subscription = get_subscription(connection, user_id, subscription_id, lock=True)
-    event = OutboundEvent(
-        id=f"evt_{uuid.uuid4().hex}", name=PING_EVENT, user_id=subscription.user_id,
-        created_at=utcnow(),
-        data={"webhook_id": str(subscription.id), "message": "test ping from flowsvc"})
+    event = OutboundEvent.new(
+        PING_EVENT, subscription.user_id,
+        {"webhook_id": str(subscription.id), "message": "test ping from flowsvc"})
     write_event(connection, event, [subscription.id], retries)
     return _one_delivery(connection, subscription, event.id)
 
