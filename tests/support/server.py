@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,43 +65,6 @@ async def _serve(settings: Settings, stop: trio.Event, env: dict[str, str] | Non
 
 def client(running: Running, **kwargs: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=running.base_url, timeout=30, **kwargs)
-
-
-@contextmanager
-def server_process(env: dict[str, str], port: int, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``flowsvc serve`` in its own process on ``port``; stopped with SIGTERM at the end."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "--config", os.devnull, "serve",
-         "--bind", f"127.0.0.1:{port}", *args],
-        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        _wait_ready(process, port)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout is not None:
-            process.stdout.close()  # unclosed, it is a ResourceWarning (an error in tests)
-
-
-def _wait_ready(process: subprocess.Popen[bytes], port: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            output = process.stdout.read().decode() if process.stdout else ""
-            raise RuntimeError(f"server exited with {process.returncode}:\n{output[-3000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"server on port {port} did not become ready in {timeout} s")
 
 
 def free_port() -> int:

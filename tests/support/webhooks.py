@@ -14,7 +14,8 @@ import trio
 
 from runtime.service import open_service
 from tests.support.backends import redis_prefix
-from tests.support.server import make_settings, server_process, settings_env
+from tests.support.processes import server_process
+from tests.support.server import make_settings, settings_env
 from tests.support.wallet import sign_in
 
 PLUGINS = ["auth", "webhooks", "billing", "chain"]
@@ -68,8 +69,7 @@ async def service_processes(env: dict[str, str], ports: list[int]
                             ) -> AsyncIterator[list[Popen[bytes]]]:
     """``server_process`` for each port, all started at once and stopped at the end, each in a
     worker thread so the test's Trio run (and its receivers) keep running meanwhile. Starting
-    several at once needs the schema migrated beforehand (``migrate_schema``). Closes the
-    processes' output pipes, which ``server_process`` leaves open.
+    several at once needs the schema migrated beforehand (``migrate_schema``).
     """
     stacks = [ExitStack() for _ in ports]
     processes: dict[int, Popen[bytes]] = {}
@@ -86,9 +86,6 @@ async def service_processes(env: dict[str, str], ports: list[int]
     finally:
         for stack in stacks:
             await trio.to_thread.run_sync(stack.close)
-        for process in processes.values():
-            if process.stdout is not None:
-                process.stdout.close()
 
 
 @asynccontextmanager

@@ -9,7 +9,6 @@ in-process state, and PostgreSQL with Redis when those are configured.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,7 +20,8 @@ import trio
 from runtime.service import open_service
 from tests.support.auth import BOT_TOKEN, init_data
 from tests.support.backends import POSTGRES_URL, REDIS_URL, postgres_schema, redis_prefix
-from tests.support.server import free_port, make_settings, server_process, settings_env
+from tests.support.processes import server_process
+from tests.support.server import free_port, make_settings, settings_env
 from tests.support.wallet import sign_in
 
 WITHIN_SECONDS = 1.0
@@ -42,22 +42,15 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[st
 
 async def _two_servers(stack: ExitStack, env: dict[str, str], ports: list[int]) -> None:
     """Start two ``flowsvc serve`` processes at once (the schema migrated first); ``stack``
-    stops them and closes the output pipes ``server_process`` leaves open."""
+    stops them."""
     async with open_service(make_settings(env), migrate=True, environ=env):
         pass
     env = {**env, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}
 
     async def start(port: int) -> None:
         own = ExitStack()
-        process: subprocess.Popen[bytes] = await trio.to_thread.run_sync(
-            own.enter_context, server_process(env, port))
-
-        def stop() -> None:
-            own.close()
-            if process.stdout is not None:
-                process.stdout.close()
-
-        stack.callback(stop)
+        await trio.to_thread.run_sync(own.enter_context, server_process(env, port))
+        stack.callback(own.close)
 
     async with trio.open_nursery() as nursery:
         for port in ports:
@@ -83,7 +76,6 @@ async def test_logout_and_user_changes_reach_the_other_process(
     fan_out = bool(redis_url)
     env = settings_env(tmp_path / "var", database_url=database_url, redis_url=redis_url,
                        redis_prefix=redis_prefix(), extra={
-                           # server_process pipes the output and never reads it: keep it short.
                            "FLOWSVC_SERVICE_LOG_LEVEL": "warning",
                            "FLOWSVC_PLUGINS_AUTH_BOT_TOKEN": BOT_TOKEN,
                            "FLOWSVC_PLUGINS_AUTH_REVOCATION_POLL_SECONDS":

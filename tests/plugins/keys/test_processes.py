@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -13,23 +12,16 @@ import httpx
 import trio
 
 from tests.support.keys import create_key, keys_env
-from tests.support.server import ROOT, free_port, server_process
+from tests.support.processes import server_process
+from tests.support.server import ROOT, free_port
 from tests.support.wallet import sign_in
 
 
 @contextmanager
 def _two_servers(env: dict[str, str], port_a: int, port_b: int) -> Iterator[None]:
-    """Two ``flowsvc serve`` processes; closes the output pipes ``server_process`` leaves
-    open once they have stopped (else a ResourceWarning fails the test)."""
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        with server_process(env, port_a) as process_a, server_process(env, port_b) as process_b:
-            processes += [process_a, process_b]
-            yield
-    finally:
-        for process in processes:
-            if process.stdout is not None:
-                process.stdout.close()
+    """Two ``flowsvc serve`` processes, stopped at the end."""
+    with server_process(env, port_a), server_process(env, port_b):
+        yield
 
 
 async def _revocation_delay(base_a: str, base_b: str, raw: str, key_id: str,
@@ -49,7 +41,6 @@ async def _revocation_delay(base_a: str, base_b: str, raw: str, key_id: str,
 async def test_two_processes_enforce_one_cap_and_one_revocation(
         tmp_path: Path, backend: tuple[str, str]) -> None:
     database_url, redis_url = backend
-    # server_process pipes the server's output and never reads it: keep it short.
     env = keys_env(tmp_path / "var", database_url, redis_url,
                    extra={"FLOWSVC_SERVICE_LOG_LEVEL": "warning"})
     port_a, port_b = free_port(), free_port()
