@@ -228,16 +228,14 @@ def _with_secrets(settings: Settings) -> Settings:
     Several processes must share one JWT secret and one internal token, so outside
     the embedded default an empty secret is a configuration error, not a guess.
     """
-    missing = {
-        name: section for name, section in (("jwt", settings.jwt), ("internal", settings.internal))
-        if not getattr(section, "secret" if name == "jwt" else "token")
-    }
+    missing = [variable for variable, value in (("FLOWSVC_JWT_SECRET", settings.jwt.secret),
+                                                ("FLOWSVC_INTERNAL_TOKEN", settings.internal.token))
+               if not value]
     if not missing:
         return settings
     if not settings.embedded:
-        names = ", ".join(f"FLOWSVC_{name.upper()}_{'SECRET' if name == 'jwt' else 'TOKEN'}"
-                          for name in missing)
-        raise ConfigError(f"set {names}: secrets are generated only in the embedded default")
+        raise ConfigError(f"set {', '.join(missing)}: secrets are generated only in the "
+                          "embedded default")
     stored = _stored_secrets(settings.service.var_dir)
     jwt = settings.jwt.model_copy(update={"secret": settings.jwt.secret or stored["jwt_secret"]})
     internal = settings.internal.model_copy(
