@@ -55,8 +55,8 @@ from plugins.marketplace.ranking import (
     trending_score,
 )
 from plugins.marketplace.tables import agent_tags, agents, rank_entries
+from runtime.bootstrap import open_service
 from runtime.config import load_settings
-from runtime.service import open_service
 from runtime.storage import make_engine
 from runtime.users import create_user
 

@@ -50,7 +50,7 @@ from bench.harness import (
 )
 from plugins.auth.session_view import SessionView
 from plugins.auth.sessions import SessionClaims, TokenVerifier, decode_token, issue_token
-from runtime.actors import open_mailbox, serve_mailbox
+from runtime.actors import Request, open_mailbox, serve_mailbox
 
 
 def service_env(var_dir: Path, args: argparse.Namespace) -> dict[str, str]:
@@ -120,8 +120,12 @@ async def session_check_costs() -> dict[str, float]:
     view.reset([("cd" * 16, now + 86400.0)])
     address, mailbox = open_mailbox("revocations", 1024)
 
-    async def is_revoked(message: tuple[str, str]) -> bool:
-        return view.is_revoked(message[1])
+    @dataclasses.dataclass(frozen=True)
+    class IsRevoked(Request[bool]):
+        session_id: str
+
+    async def is_revoked(message: IsRevoked) -> bool:
+        return view.is_revoked(message.session_id)
 
     async def pyjwt() -> object:
         return decode_token(secret, token)
@@ -130,7 +134,7 @@ async def session_check_costs() -> dict[str, float]:
         return verifier.verify(token)
 
     async def actor_call() -> object:
-        return await address.call(("is_revoked", "ab" * 16))
+        return await address.call(IsRevoked("ab" * 16))
 
     async def direct() -> object:
         return view.is_revoked("ab" * 16)

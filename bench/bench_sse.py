@@ -59,9 +59,9 @@ from plugins.projects.runs import RunRequest, start_run
 from plugins.projects.settings import ProjectsSettings
 from plugins.projects.store import begin_run
 from runtime.agents import JsonObject, Tool, ToolContext, ToolResult
+from runtime.context import require_internal
 from runtime.hookspecs import hookimpl
 from runtime.http import json_response
-from runtime.principal import require_internal
 from runtime.service import Service
 
 INTERNAL_TOKEN = "bench-internal-token"

@@ -48,9 +48,9 @@ from bench.harness import (
     write_json,
 )
 from plugins.webhooks.signing import envelope_body, new_secret, sign_delivery
+from runtime.bootstrap import open_service
 from runtime.config import load_settings
-from runtime.events import emit_event
-from runtime.service import Service, open_service
+from runtime.service import Service
 from tests.support.webhook_receiver import Received, running_receiver
 
 EVENT = "flow.balance.low"
@@ -87,8 +87,8 @@ def rate_of(received: Sequence[Received]) -> float:
 
 def emit_many(service: Service, user_id: int, count: int, connection: Connection) -> None:
     for index in range(count):
-        emit_event(service, connection, user_id=user_id, name=EVENT,
-                   data={"balance": f"{index}.000000", "threshold": "1.000000"})
+        service.emit_event(connection, user_id=user_id, name=EVENT,
+                           data={"balance": f"{index}.000000", "threshold": "1.000000"})
 
 
 async def bare_send(url: str, count: int, concurrency: int) -> None:

@@ -6,27 +6,39 @@ reply, with a timeout) or ``cast`` (fire and forget). The mailbox is a bounded t
 memory channel that outlives restarts of its actor, so addresses stay valid while the
 supervisor restarts a crashed actor.
 
+Messages are frozen dataclasses, one class per kind of message, and an actor dispatches
+on their type (``match message: case Charge(): ...``), never on tags or strings. A message
+that expects an answer subclasses ``Request[R]``, which types what ``Address.call`` returns.
 The actor signature is the same everywhere::
 
     async def run(mailbox: Mailbox, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         ... set up ...
         task_status.started()
-        async for envelope in mailbox:
-            envelope.reply(handle(envelope.message))
+        await serve_mailbox(mailbox, handle)
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import trio
 
 from runtime.errors import Unavailable
 
 RestartType = Literal["permanent", "transient", "temporary"]
+R = TypeVar("R")
+
+
+class Request(Generic[R]):
+    """Base of a message that is answered: ``R`` is the type of the reply.
+
+    Subclass it with a frozen dataclass (``class Charge(Request[Charged])``); then
+    ``await address.call(Charge(...))`` is typed as ``Charged``.
+    """
+
+    __slots__ = ()
 
 
 class ActorRun(Protocol):
@@ -155,7 +167,7 @@ class Address:
         self.name = name
         self._send = send
 
-    async def call(self, message: Any, *, timeout: float = 10.0) -> Any:
+    async def call(self, message: Request[R], *, timeout: float = 10.0) -> R:
         """Send ``message`` and wait for the reply.
 
         :raises Unavailable: the actor did not answer within ``timeout`` seconds or
@@ -168,18 +180,19 @@ class Address:
                 await self._send.send(Envelope(message, slot))
             except trio.ClosedResourceError:
                 raise Unavailable(f"actor {self.name} is stopped") from None
-            return await slot.wait()
+            reply: R = await slot.wait()
+            return reply
         assert scope.cancelled_caught
         raise Unavailable(f"actor {self.name} did not answer within {timeout:g} s")
 
-    async def cast(self, message: Any) -> None:
+    async def cast(self, message: object) -> None:
         """Send ``message`` without waiting for a reply; waits while the mailbox is full."""
         try:
             await self._send.send(Envelope(message, None))
         except trio.ClosedResourceError:
             raise Unavailable(f"actor {self.name} is stopped") from None
 
-    def try_cast(self, message: Any) -> bool:
+    def try_cast(self, message: object) -> bool:
         """Send without waiting; False when the mailbox is full or closed (caller decides)."""
         try:
             self._send.send_nowait(Envelope(message, None))
@@ -199,7 +212,7 @@ class Address:
 
 def open_mailbox(name: str, size: int) -> tuple[Address, Mailbox]:
     """A fresh bounded mailbox and the address that feeds it."""
-    send, receive = trio.open_memory_channel[Envelope](size if size > 0 else math.inf)
+    send, receive = trio.open_memory_channel[Envelope](size)
     return Address(name, send), Mailbox(receive)
 
 

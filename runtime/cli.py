@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,29 +13,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from runtime.config import ConfigError, Settings, load_settings
+from runtime.hooktypes import Command
 
 if TYPE_CHECKING:
     from quart import Blueprint
 
-    from runtime.service import Service
-
 DEFAULT_CONFIG = Path("config.toml")
-
-
-@dataclass(frozen=True)
-class Command:
-    """An operator command added by a plugin through ``flowsvc_commands``.
-
-    :param name: the sub-command (``access-codes``).
-    :param help: one line for ``flowsvc --help``.
-    :param add_arguments: adds its arguments (and sub-commands) to its parser.
-    :param run: does the work on an open service (no actors, no HTTP); returns the exit code.
-    """
-
-    name: str
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[Service, argparse.Namespace], Awaitable[int]]
 
 
 def _config_path(raw: str | None) -> Path | None:
@@ -53,7 +35,7 @@ def _setup_logging(settings: Settings) -> None:
 
 
 async def _migrate(settings: Settings) -> int:
-    from runtime.service import open_service
+    from runtime.bootstrap import open_service
 
     async with open_service(settings, migrate=True):
         pass
@@ -62,8 +44,9 @@ async def _migrate(settings: Settings) -> int:
 
 
 async def _plugins(settings: Settings) -> int:
+    from runtime.bootstrap import open_service
     from runtime.hookspecs import describe_hooks
-    from runtime.service import open_service
+    from runtime.plugins import requirements
 
     hooks = describe_hooks()
     async with open_service(settings, migrate=False) as service:
@@ -71,6 +54,11 @@ async def _plugins(settings: Settings) -> int:
             implemented = sorted(caller.name for caller in service.pm.get_hookcallers(plugin) or []
                                  if caller.name in hooks)
             print(f"{name}: {getattr(plugin, '__name__', type(plugin).__name__)}")
+            print(f"  requires: {', '.join(requirements(plugin)) or '-'}")
+            provides = getattr(plugin, "flowsvc_provides", None)
+            if provides is not None:
+                names = [item.contract.name for item in provides(service=service) or []]
+                print(f"  provides: {', '.join(names)}")
             print(f"  hooks: {', '.join(implemented) or '-'}")
             actors = getattr(plugin, "flowsvc_actors", None)
             if actors is not None:
@@ -152,7 +140,7 @@ def _dispatch(settings: Settings, args: argparse.Namespace, commands: list[Comma
 
 
 async def _run_command(settings: Settings, command: Command, args: argparse.Namespace) -> int:
-    from runtime.service import open_service
+    from runtime.bootstrap import open_service
 
     async with open_service(settings) as service:
         return await command.run(service, args)

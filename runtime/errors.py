@@ -136,3 +136,18 @@ class InternalError(ServiceError):
 
     status = 500
     code = "internal"
+
+
+def is_outage(error: BaseException) -> bool:
+    """Whether ``error`` says a dependency is down, rather than that the code is wrong.
+
+    An actor waits out an outage (database, Redis, a chain RPC, a payment provider) with
+    backoff and carries on; any other exception is a bug that crashes it, for the
+    supervisor to restart within its intensity. ``Database`` and ``SharedState`` turn
+    their connection failures into ``Unavailable``; Redis clients raise ``RedisError``,
+    sockets ``OSError``; a dependency that hangs past a deadline gives ``TooSlowError``.
+    """
+    import trio
+    from coredis.exceptions import RedisError
+
+    return isinstance(error, Unavailable | RedisError | OSError | trio.TooSlowError)

@@ -1,8 +1,9 @@
-"""Account events: the catalogue plugins declare and the one way to emit an event.
+"""Account events: the catalogue plugins declare, and the event itself.
 
-An event is emitted inside the database transaction of the change that caused it; the
-``flowsvc_event_emitted`` hook runs on that transaction (the webhooks plugin writes its
-outbox there), so an event exists if and only if its cause committed.
+An event is emitted with ``Service.emit_event`` inside the database transaction of the
+change that caused it; the ``flowsvc_event_emitted`` hook runs on that transaction (the
+webhooks plugin writes its outbox there), so an event exists if and only if its cause
+committed.
 """
 
 from __future__ import annotations
@@ -11,12 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import Connection
-
-if TYPE_CHECKING:
-    from runtime.service import Service
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,23 +45,3 @@ class OutboundEvent:
         """A fresh event happening now, with a new id."""
         return cls(id=f"evt_{uuid.uuid4().hex}", name=name, user_id=user_id,
                    created_at=datetime.now(UTC), data=dict(data))
-
-
-def emit_event(service: Service, connection: Connection, *, user_id: int, name: str,
-               data: Mapping[str, Any]) -> OutboundEvent:
-    """Emit ``name`` for ``user_id`` inside the transaction of ``connection``.
-
-    :raises ValueError: ``name`` is not in the catalogue (a programming error).
-    """
-    if name not in service.event_types:
-        raise ValueError(f"event {name!r} is not declared by any enabled plugin")
-    event = OutboundEvent.new(name, user_id, data)
-    service.pm.hook.flowsvc_event_emitted(service=service, connection=connection, event=event)
-    return event
-
-
-async def emit_event_now(service: Service, *, user_id: int, name: str,
-                         data: Mapping[str, Any]) -> OutboundEvent:
-    """Emit an event that has no transaction of its own; durable when this returns."""
-    return await service.db.write(
-        lambda connection: emit_event(service, connection, user_id=user_id, name=name, data=data))

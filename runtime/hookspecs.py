@@ -22,10 +22,13 @@ if TYPE_CHECKING:
 
     from runtime.actors import ActorSpec
     from runtime.agents import AgentTemplate, Tool
-    from runtime.cli import Command
+    from runtime.context import RequestContext
+    from runtime.contracts import Provision
+    from runtime.contracts.chain import FinalTransfer, TransferWatch
     from runtime.events import EventType, OutboundEvent
+    from runtime.hooktypes import Command, PluginConfig, ReadinessCheck
     from runtime.principal import Credentials, Principal
-    from runtime.service import PluginConfig, ReadinessCheck, Service
+    from runtime.service import Service
 
 hookspec = pluggy.HookspecMarker("flowsvc")
 hookimpl = pluggy.HookimplMarker("flowsvc")
@@ -42,6 +45,30 @@ def flowsvc_plugin_config() -> PluginConfig | None:
         whose defaults are the plugin's defaults; unknown keys and bad values stop the
         start with a message naming them. Read the validated settings with
         ``service.plugin_settings(name)``.
+    """
+
+
+@hookspec
+def flowsvc_requires() -> list[str] | None:
+    """Name the plugins this plugin needs (whose contracts it uses).
+
+    The plugin manager refuses to start when one of them is not enabled, and registers
+    this plugin after them, so its actors start after theirs and stop before them.
+    ``flowsvc plugins`` shows the graph.
+
+    :return: plugin names, as in ``[plugins] enabled``.
+    """
+
+
+@hookspec
+def flowsvc_provides(service: Service) -> list[Provision[Any]] | None:
+    """Return the implementations of ``runtime.contracts`` interfaces this plugin provides.
+
+    Consumers get one with ``service.contract(KEY)``; a contract may be provided by one
+    plugin only.
+
+    :param service: the service being built (plugin settings are available).
+    :return: provisions, each a contract key and the object implementing it.
     """
 
 
@@ -106,41 +133,42 @@ def flowsvc_blueprints(service: Service) -> list[Blueprint] | None:
 
 
 @hookspec
-def flowsvc_authenticate(service: Service, credentials: Credentials
+def flowsvc_authenticate(service: Service, credentials: Credentials, context: RequestContext
                          ) -> Awaitable[Principal | None] | Principal | None:
     """Turn the request's credentials into a caller. *May be async.*
 
-    The first non-None principal wins. Raise ``Unauthenticated`` when a credential
-    the plugin owns is present but invalid (an invalid ``x-api-key`` must give 401
-    even when a valid bearer token comes with it).
+    The first non-None principal wins (the runtime stores it as ``context.principal``).
+    Raise ``Unauthenticated`` when a credential the plugin owns is present but invalid
+    (an invalid ``x-api-key`` must give 401 even when a valid bearer token comes with it).
 
     :param service: the running service.
     :param credentials: the API key, bearer token and session cookie of the request.
+    :param context: the request's context; keep what later hooks need in a slot of it.
     :return: the caller, or None when this plugin does not own these credentials.
     """
 
 
 @hookspec
-def flowsvc_before_request(service: Service, request: Request, principal: Principal | None
+def flowsvc_before_request(service: Service, request: Request, context: RequestContext
                            ) -> Awaitable[None] | None:
     """Check a request before its route runs (rate buckets, spend caps). *May be async.*
 
     :param service: the running service.
     :param request: the request (route template in ``request.url_rule``).
-    :param principal: the caller, or None for an anonymous request.
+    :param context: the request's context (``context.principal``: the caller or None).
     :raises ServiceError: to refuse the request (429 ``RateLimited``, 402 ...).
     """
 
 
 @hookspec
 def flowsvc_after_request(service: Service, request: Request, response: Response,
-                          principal: Principal | None) -> Awaitable[None] | None:
+                          context: RequestContext) -> Awaitable[None] | None:
     """Look at a finished request (add headers, log usage). *May be async.* Must not raise.
 
     :param service: the running service.
     :param request: the request.
     :param response: the response, whose headers may still be changed.
-    :param principal: the caller, or None.
+    :param context: the request's context (``context.principal``: the caller or None).
     """
 
 
@@ -189,8 +217,8 @@ def flowsvc_user_features(service: Service, user_id: int
                           ) -> Awaitable[dict[str, bool]] | dict[str, bool] | None:
     """Return the feature flags a user has through this plugin. *May be async.*
 
-    Flags from all plugins are OR-ed; the known flags are ``priorityQueue``,
-    ``premiumAgents``, ``fasterSse``, ``privateProjects`` and ``dedicatedRuntime``.
+    Flags from all plugins are OR-ed; the known flags are
+    ``runtime.contracts.features.FEATURES``.
 
     :param service: the running service.
     :param user_id: the user.
@@ -212,6 +240,31 @@ def flowsvc_agent_templates() -> list[AgentTemplate] | None:
     """Return the agent templates (``agentTemplate`` presets) the plugin provides.
 
     :return: templates with names unique across the service.
+    """
+
+
+@hookspec
+def flowsvc_chain_watches(service: Service) -> list[TransferWatch] | None:
+    """Return the token transfers this plugin wants to hear of once final (on-chain payments).
+
+    :param service: the running service.
+    :return: watches: a chain, a token and the receiving address.
+    """
+
+
+@hookspec
+def flowsvc_chain_transfer(service: Service, connection: Connection, transfer: FinalTransfer
+                           ) -> None:
+    """React to a final transfer matching a watch, inside the chain indexer's transaction.
+
+    Runs synchronously in the database worker thread, on ``connection``: what it writes
+    commits together with the indexer's cursor, so each transfer is handled exactly once.
+    It must not raise for a transfer it does not expect (record it instead): raising rolls
+    back and stops the indexer of that chain.
+
+    :param service: the running service.
+    :param connection: the indexer's open transaction.
+    :param transfer: the transfer, with its chain, token, parties, amount and block.
     """
 
 

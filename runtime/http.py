@@ -17,13 +17,14 @@ import uuid
 from typing import Any, cast
 
 from pydantic import ValidationError
-from quart import Quart, Response, current_app, g, request
+from quart import Quart, Response, current_app, request
 from quart_schema import QuartSchema, RequestSchemaValidationError
 from quart_schema.openapi import Info
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from runtime import idempotency, limits
+from runtime.context import RequestContext, bind_context, current_context, find_context
 from runtime.errors import (
     InternalError,
     InvalidRequest,
@@ -33,7 +34,7 @@ from runtime.errors import (
     ServiceError,
     Unavailable,
 )
-from runtime.principal import SESSION_COOKIE, Credentials, Principal
+from runtime.principal import SESSION_COOKIE, Credentials
 from runtime.service import Service, gather_hook
 from runtime.shared import SharedState
 from runtime.storage import Database
@@ -135,67 +136,70 @@ def _install_pipeline(app: Quart, service: Service) -> None:
 
     @app.before_request
     async def begin() -> Response | None:
-        g.started = time.perf_counter()
         incoming = request.headers.get("X-Request-Id", "")
-        g.request_id = incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex
-        g.client_ip = client_ip(settings.service.trusted_proxies)
-        g.principal = None
+        context = RequestContext(
+            incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex,
+            time.perf_counter(), client_ip(settings.service.trusted_proxies))
+        bind_context(context)
         for principal in await gather_hook(service.pm.hook.flowsvc_authenticate,
-                                           service=service, credentials=_credentials()):
+                                           service=service, credentials=_credentials(),
+                                           context=context):
             if principal is not None:
-                g.principal = principal
+                context.principal = principal
                 break
-        await limits.check_request(service.shared, request.path, g.principal, g.client_ip,
-                                   settings.internal.token, settings.limits)
+        await limits.check_request(service.shared, request.path, context.principal,
+                                   context.client_ip, settings.internal.token, settings.limits)
         await gather_hook(service.pm.hook.flowsvc_before_request, service=service,
-                          request=request, principal=g.principal)
-        return await _idempotency_begin(service)
+                          request=request, context=context)
+        return await _idempotency_begin(service, context)
 
     @app.after_request
     async def finish(response: Response) -> Response:
-        await _idempotency_finish(service, response)
-        principal: Principal | None = g.get("principal")
+        context = current_context()
+        await _idempotency_finish(service, context, response)
         try:
             await gather_hook(service.pm.hook.flowsvc_after_request, service=service,
-                              request=request, response=response, principal=principal)
+                              request=request, response=response, context=context)
         except Exception:  # after-request hooks must not turn a success into an error
-            log.exception("after_request hook failed request_id=%s", g.get("request_id"))
-        response.headers["X-Request-Id"] = g.get("request_id", "")
+            log.exception("after_request hook failed request_id=%s", context.request_id)
+        response.headers["X-Request-Id"] = context.request_id
         route = request.url_rule.rule if request.url_rule else "<unmatched>"
-        elapsed = time.perf_counter() - g.get("started", time.perf_counter())
+        elapsed = time.perf_counter() - context.started
+        principal = context.principal
         service.metrics.requests.labels(route, request.method, str(response.status_code)).inc()
         service.metrics.latency.labels(route).observe(elapsed)
         access_log.info(json.dumps({
-            "request_id": g.get("request_id"), "method": request.method, "route": route,
+            "request_id": context.request_id, "method": request.method, "route": route,
             "path": request.path, "status": response.status_code,
-            "ms": round(elapsed * 1000, 2), "ip": g.get("client_ip"),
+            "ms": round(elapsed * 1000, 2), "ip": context.client_ip,
             "user_id": principal.user_id if principal else None,
             "via": principal.via if principal else None}))
         return response
 
 
-async def _idempotency_begin(service: Service) -> Response | None:
+async def _idempotency_begin(service: Service, context: RequestContext) -> Response | None:
     key = request.headers.get(idempotency.HEADER)
     if key is None or request.method not in idempotency.WRITE_METHODS:
         return None
     key = idempotency.validate_key(key)
-    principal: Principal | None = g.principal
-    scope = f"user:{principal.user_id}" if principal else f"ip:{g.client_ip}"
+    principal = context.principal
+    scope = f"user:{principal.user_id}" if principal else f"ip:{context.client_ip}"
     body = await request.get_data(cache=True)
     assert isinstance(body, bytes)
     print_ = idempotency.fingerprint(request.method, request.path, request.query_string, body)
     stored = await service.db.write(idempotency.claim, scope, key, print_,
                                     service.settings.limits.idempotency_hours)
     if stored is None:
-        g.idempotency = (scope, key)
+        context.idempotency = (scope, key)
         return None
     response = Response(stored.body, status=stored.status, content_type=stored.content_type)
     response.headers[idempotency.REPLAYED_HEADER] = "true"
     return response
 
 
-async def _idempotency_finish(service: Service, response: Response) -> None:
-    claimed = g.pop("idempotency", None)
+async def _idempotency_finish(service: Service, context: RequestContext,
+                              response: Response) -> None:
+    claimed, context.idempotency = context.idempotency, None
     if claimed is None:
         return
     body = await response.get_data()
@@ -224,9 +228,10 @@ def _install_error_handlers(app: Quart) -> None:
 
     @app.errorhandler(Exception)
     async def unexpected(error: Exception) -> Response:
-        log.error("unhandled error request_id=%s", g.get("request_id"), exc_info=error)
-        return error_response(InternalError(
-            f"internal error; quote request id {g.get('request_id', 'unknown')}"))
+        context = find_context()
+        request_id = context.request_id if context is not None else "unknown"
+        log.error("unhandled error request_id=%s", request_id, exc_info=error)
+        return error_response(InternalError(f"internal error; quote request id {request_id}"))
 
 
 def _install_probes(app: Quart, service: Service) -> None:

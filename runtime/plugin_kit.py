@@ -17,7 +17,7 @@ from sqlalchemy import MetaData
 
 from runtime.config import Section
 from runtime.hookspecs import hookimpl
-from runtime.service import PluginConfig
+from runtime.hooktypes import PluginConfig
 
 
 def standard_hooks(name: str, settings: type[Section], metadata: MetaData, migrations: Path

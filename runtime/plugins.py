@@ -10,6 +10,11 @@ A name in ``enabled`` is looked up in that order: a built-in plugin (``auth``), 
 ``flowsvc.plugins`` entry point (``hello``), then, when it contains a dot, an importable
 module path (``mycompany.flowsvc_audit.hooks``) — a plugin that is not packaged, such as
 the test plugins under ``tests/support/``.
+
+A plugin names the plugins it needs in ``flowsvc_requires``. The manager refuses to start
+when one of them is not enabled, and registers every plugin after the ones it needs
+(otherwise in the order of ``enabled``), so actors start after those they use and stop
+before them.
 """
 
 from __future__ import annotations
@@ -64,10 +69,48 @@ def _load(name: str) -> ModuleType | object:
     raise ConfigError(f"[plugins] enabled: unknown plugin {name!r} (available: {known})")
 
 
-def get_plugin_manager(enabled: list[str]) -> pluggy.PluginManager:
-    """A fresh manager with the essential hooks and the ``enabled`` plugins, in order.
+def requirements(plugin: ModuleType | object) -> list[str]:
+    """The plugins ``plugin`` names in its ``flowsvc_requires`` hook (none without one)."""
+    declare = getattr(plugin, "flowsvc_requires", None)
+    return list(declare() or []) if declare is not None else []
 
-    :raises ConfigError: a plugin name is unknown or listed twice.
+
+def dependency_order(plugins: dict[str, list[str]]) -> list[str]:
+    """The names of ``plugins`` (name to what it requires), each after what it requires,
+    otherwise in the given order.
+
+    :raises ConfigError: a required plugin is not among them, or requirements form a circle.
+    """
+    ordered: list[str] = []
+    visiting: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in ordered:
+            return
+        if name in visiting:
+            circle = " -> ".join([*visiting[visiting.index(name):], name])
+            raise ConfigError(f"[plugins] enabled: plugins require each other in a circle: "
+                              f"{circle}")
+        visiting.append(name)
+        for needed in plugins[name]:
+            if needed not in plugins:
+                raise ConfigError(f"[plugins] enabled: plugin {name!r} requires {needed!r}, "
+                                  f"which is not enabled; add {needed!r} to [plugins] enabled")
+            visit(needed)
+        visiting.pop()
+        ordered.append(name)
+
+    for name in plugins:
+        visit(name)
+    return ordered
+
+
+def get_plugin_manager(enabled: list[str]) -> pluggy.PluginManager:
+    """A fresh manager with the essential hooks and the ``enabled`` plugins, each
+    registered after the plugins it requires.
+
+    :raises ConfigError: a plugin name is unknown or listed twice, or a required plugin
+        is not enabled.
     :raises pluggy.PluginValidationError: a plugin implements a hook that does not exist.
     """
     manager = pluggy.PluginManager("flowsvc")
@@ -77,9 +120,12 @@ def get_plugin_manager(enabled: list[str]) -> pluggy.PluginManager:
         manager.enable_tracing()
     for name, module in ESSENTIAL.items():
         manager.register(importlib.import_module(module), name=name)
+    loaded: dict[str, ModuleType | object] = {}
     for name in enabled:
-        if manager.has_plugin(name):
+        if name in loaded:
             raise ConfigError(f"[plugins] enabled: {name!r} is listed twice")
-        manager.register(_load(name), name=name)
+        loaded[name] = _load(name)
+    for name in dependency_order({name: requirements(plugin) for name, plugin in loaded.items()}):
+        manager.register(loaded[name], name=name)
     manager.check_pending()
     return manager

@@ -5,10 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from quart import g
-
-from runtime.errors import Unauthenticated
-
 SESSION_COOKIE = "svc_session"
 
 
@@ -46,31 +42,3 @@ class Principal:
     via: Literal["session", "api_key", "internal"]
     session_id: str | None = None
     key_id: int | None = None
-
-
-def current_principal() -> Principal | None:
-    """The caller of the request being handled, or None when anonymous."""
-    principal: Principal | None = g.get("principal")
-    return principal
-
-
-def require_user() -> Principal:
-    """The caller of the request being handled.
-
-    :raises Unauthenticated: the request carries no valid session, bearer token or key.
-    """
-    principal = current_principal()
-    if principal is None or principal.via == "internal":
-        raise Unauthenticated("sign in or send an API key to use this endpoint")
-    return principal
-
-
-def require_internal() -> Principal:
-    """The internal caller (operators' tooling, other services).
-
-    :raises Unauthenticated: the request does not carry the internal token.
-    """
-    principal = current_principal()
-    if principal is None or principal.via != "internal":
-        raise Unauthenticated("this endpoint needs the internal token")
-    return principal

@@ -24,9 +24,10 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from runtime.bootstrap import open_service
 from runtime.config import ConfigError, Settings
 from runtime.http import create_app
-from runtime.service import Service, open_service
+from runtime.service import Service
 
 log = logging.getLogger("flowsvc.server")
 

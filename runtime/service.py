@@ -1,50 +1,57 @@
 """The service: settings, plugins, storage, shared state and actors of one process.
 
-``open_service`` builds everything that needs no running actor (plugin manager, plugin
-settings, database, shared state, registries collected from hooks); ``Service.start_actors``
-then starts the actors under a supervisor in a nursery the caller owns.
+``runtime.bootstrap.open_service`` builds a ``Service`` (plugin manager, plugin settings,
+database, shared state, registries collected from hooks); ``Service.start_actors`` then
+starts the actors under a supervisor in a nursery the caller owns. The service also owns
+each plugin's state (``Service.state``) and the contracts plugins provide to each other
+(``Service.contract``).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pluggy
 import trio
-from sqlalchemy import MetaData
+from sqlalchemy import Connection, MetaData
 
 from runtime.actors import Registry
 from runtime.agents import AgentTemplate, Tool
 from runtime.config import ConfigError, Section, Settings, validate_section
-from runtime.events import EventType
+from runtime.contracts import Contract, Provision
+from runtime.errors import Unavailable
+from runtime.events import EventType, OutboundEvent
 from runtime.metrics import Metrics
-from runtime.plugins import available_plugins, get_plugin_manager
-from runtime.shared import SharedState, open_shared_state
+from runtime.shared import SharedState
 from runtime.storage import Database
 from runtime.supervisor import Supervisor
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 S = TypeVar("S", bound=Section)
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class PluginConfig:
-    """What ``flowsvc_plugin_config`` returns: the plugin's name and settings model."""
+class StateSlot(Generic[T]):
+    """The typed key of one plugin's state in a service, with the factory that makes it.
 
-    name: str
-    model: type[Section]
+    A plugin declares one at module level (``STATE = StateSlot("keys", KeysState.create)``)
+    and reads it with ``service.state(STATE)``: made on first use, once per service, and
+    gone with the service (tests run many services in one process).
+    """
 
+    __slots__ = ("name", "factory")
 
-@dataclass(frozen=True)
-class ReadinessCheck:
-    """A named readiness probe; ``check`` raises when not ready or returns details."""
+    def __init__(self, name: str, factory: Callable[[Service], T]) -> None:
+        self.name = name
+        self.factory = factory
 
-    name: str
-    check: Callable[[], Awaitable[dict[str, Any] | None]]
+    def __repr__(self) -> str:
+        return f"StateSlot({self.name!r})"
 
 
 def _unique(kind: str, items: Sequence[Any]) -> dict[str, Any]:
@@ -61,10 +68,15 @@ def _flatten(results: list[list[Any] | None]) -> list[Any]:
 
 
 class Service:
-    """Everything one service process owns. Plugins receive it in their hooks."""
+    """Everything one service process owns. Plugins receive it in their hooks.
+
+    :param environ: where plugin settings overrides are read (default ``os.environ``).
+    :raises ConfigError: a plugin's settings are invalid, or two plugins declare the same
+        event, template, tool or contract.
+    """
 
     def __init__(self, settings: Settings, pm: pluggy.PluginManager, db: Database,
-                 shared: SharedState, environ: dict[str, str] | None = None) -> None:
+                 shared: SharedState, environ: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self.pm = pm
         self.db = db
@@ -72,34 +84,31 @@ class Service:
         self.registry = Registry()
         self.metrics = Metrics()
         self.supervisor: Supervisor | None = None
-        self._plugin_settings = self._validate_plugin_settings(environ)
+        self._states: dict[StateSlot[Any], Any] = {}
+        self._plugin_settings = self._validate_plugin_settings(
+            os.environ if environ is None else environ)
         self.event_types: dict[str, EventType] = _unique(
             "webhook event", _flatten(pm.hook.flowsvc_webhook_events()))
         self.templates: dict[str, AgentTemplate] = _unique(
             "agent template", _flatten(pm.hook.flowsvc_agent_templates()))
         self.tools: dict[str, Tool] = _unique(
             "agent tool", _flatten(pm.hook.flowsvc_agent_tools(service=self)))
+        self._contracts: dict[Contract[Any], Any] = {}
+        for provided in _flatten(pm.hook.flowsvc_provides(service=self)):
+            assert isinstance(provided, Provision)
+            if provided.contract in self._contracts:
+                raise ConfigError(f"two plugins provide the contract {provided.contract.name}")
+            self._contracts[provided.contract] = provided.implementation
 
-    def _validate_plugin_settings(self, environ: dict[str, str] | None) -> dict[str, Section]:
-        import os
-
-        env = dict(os.environ) if environ is None else environ
+    def _validate_plugin_settings(self, environ: Mapping[str, str]) -> dict[str, Section]:
         validated: dict[str, Section] = {}
         for config in self.pm.hook.flowsvc_plugin_config():
             if config is None:
                 continue
             table = self.settings.plugin_table(config.name)
             validated[config.name] = validate_section(
-                config.model, table, ("plugins", config.name), env,
+                config.model, table, ("plugins", config.name), environ,
                 f"[plugins.{config.name}]")
-        enabled = set(self.settings.plugins.enabled)
-        known = available_plugins()
-        for name in self.settings.plugins.model_extra or {}:
-            # A table of a known plugin that is switched off (say by FLOWSVC_PLUGINS_ENABLED)
-            # is kept for later; a table naming no plugin at all is most likely a typo.
-            if name not in enabled and name not in known:
-                raise ConfigError(f"[plugins.{name}] configures no known plugin "
-                                  f"(available: {', '.join(sorted(known))})")
         return validated
 
     def plugin_settings(self, name: str, model: type[S]) -> S:
@@ -107,6 +116,26 @@ class Service:
         settings = self._plugin_settings[name]
         assert isinstance(settings, model)
         return settings
+
+    def state(self, slot: StateSlot[T]) -> T:
+        """The plugin state kept under ``slot``, made by its factory on first use."""
+        try:
+            value: T = self._states[slot]
+        except KeyError:
+            value = self._states[slot] = slot.factory(self)
+        return value
+
+    def contract(self, contract: Contract[T]) -> T:
+        """The implementation of ``contract`` an enabled plugin provides.
+
+        :raises Unavailable: no enabled plugin provides it (the consumer should have
+            declared the provider in ``flowsvc_requires``).
+        """
+        try:
+            implementation: T = self._contracts[contract]
+        except KeyError:
+            raise Unavailable(f"no enabled plugin provides {contract.name}") from None
+        return implementation
 
     def metadata(self) -> list[MetaData]:
         """The ``MetaData`` of the core and every enabled plugin."""
@@ -124,6 +153,20 @@ class Service:
                 flags[name] = flags.get(name, False) or bool(value)
         return flags
 
+    def emit_event(self, connection: Connection, *, user_id: int, name: str,
+                   data: Mapping[str, Any]) -> OutboundEvent:
+        """Emit the account event ``name`` for ``user_id`` inside the transaction of
+        ``connection``: it exists exactly when that transaction commits (the
+        ``flowsvc_event_emitted`` hook runs on it).
+
+        :raises ValueError: ``name`` is not in the catalogue (a programming error).
+        """
+        if name not in self.event_types:
+            raise ValueError(f"event {name!r} is not declared by any enabled plugin")
+        event = OutboundEvent.new(name, user_id, data)
+        self.pm.hook.flowsvc_event_emitted(service=self, connection=connection, event=event)
+        return event
+
     async def start_actors(self, nursery: trio.Nursery) -> Supervisor:
         """Start the supervisor and every plugin's actors, in plugin order, in ``nursery``."""
         self.supervisor = Supervisor(nursery, self.settings.supervisor, self.registry,
@@ -139,25 +182,3 @@ async def gather_hook(hook: Any, **kwargs: Any) -> list[Any]:
     for result in hook(**kwargs):
         results.append(await result if inspect.isawaitable(result) else result)
     return results
-
-
-@asynccontextmanager
-async def open_service(settings: Settings, *, migrate: bool | None = None,
-                       environ: dict[str, str] | None = None) -> AsyncIterator[Service]:
-    """Build a service without starting actors or HTTP; close it on exit.
-
-    :param migrate: run migrations first (default: ``database.migrate_on_start``).
-    :raises ConfigError: a plugin or a setting is wrong.
-    """
-    from runtime.migrate import upgrade
-
-    pm = get_plugin_manager(settings.plugins.enabled)
-    db = Database(settings.database_url, settings.service.db_threads)
-    try:
-        async with open_shared_state(settings.redis.url, settings.redis.prefix) as shared:
-            service = Service(settings, pm, db, shared, environ)
-            if settings.database.migrate_on_start if migrate is None else migrate:
-                await upgrade(service)
-            yield service
-    finally:
-        db.dispose()

@@ -4,7 +4,10 @@ One interface, two implementations: ``MemorySharedState`` for the embedded defau
 process, nothing to install) and ``RedisSharedState`` when ``FLOWSVC_REDIS_URL`` is set,
 over coredis, which is Trio-native through AnyIO (no blocking client in threads).
 Plugins that need a Redis feature beyond this interface (a Lua script of their own,
-Streams) use ``RedisSharedState.client`` and keep an in-process twin for the memory kind.
+Streams) use ``shared.redis``, a narrow ``RedisAccess`` (None on the memory kind, where
+they keep an in-process twin): it names keys under the service prefix and never hands
+out the client. Key layouts that several modules depend on are named here
+(``window_key``).
 
 Rate windows are sliding logs: exact (the Nth request inside any 60-second span is
 refused when the cap is N), and ``retry_after`` is when the oldest counted request
@@ -17,7 +20,7 @@ import math
 import secrets
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -50,8 +53,16 @@ class WindowDecision:
     retry_after: int
 
 
+def window_key(name: str) -> str:
+    """The logical key of the sliding window ``hit_window(name, ...)`` keeps in Redis: a
+    sorted set whose scores and members are milliseconds. The keys meter's Lua script
+    counts API-key requests in the owner's service-wide bucket through this very key."""
+    return "win:" + name
+
+
 class SharedState(Protocol):
     kind: Literal["memory", "redis"]
+    redis: RedisAccess | None
 
     async def hit_window(self, key: str, limit: int, window: float) -> WindowDecision: ...
     async def get(self, key: str) -> str | None: ...
@@ -80,6 +91,7 @@ class MemorySharedState:
     """
 
     kind: Literal["memory", "redis"] = "memory"
+    redis: RedisAccess | None = None
 
     def __init__(self, sweep_seconds: float = _SWEEP_SECONDS) -> None:
         self._windows: dict[str, deque[float]] = defaultdict(deque)
@@ -188,6 +200,75 @@ return 0
 """
 
 
+class RedisScript:
+    """A Lua script registered once; call it with logical key names (prefixed for you)."""
+
+    def __init__(self, access: RedisAccess, source: str) -> None:
+        self._access = access
+        self._script = access._client.register_script(source)
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[int | str]) -> Any:
+        """Run the script atomically on ``keys`` (logical names) with ``args``."""
+        return await self._script(keys=[self._access.key(name) for name in keys],
+                                  args=list(args))
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    """One entry of a Redis Stream: its id (``<ms>-<seq>``) and its fields."""
+
+    identifier: str
+    fields: dict[str, str]
+
+
+class RedisAccess:
+    """What a plugin may do with the shared Redis beyond ``SharedState``: Lua scripts and
+    Streams, on keys under the service prefix. Keys are logical names (``keys:win:7``);
+    the prefix is added here and never seen by plugins.
+
+    :param client: the connected coredis client the shared state owns.
+    """
+
+    def __init__(self, client: coredis.Redis[str], prefix: str) -> None:
+        self._client = client
+        self._prefix = prefix
+
+    def key(self, name: str) -> str:
+        """The Redis key of a logical name (every key carries the service prefix)."""
+        return self._prefix + name
+
+    def script(self, source: str) -> RedisScript:
+        """Register the Lua script ``source``; its ``KEYS`` are given as logical names."""
+        return RedisScript(self, source)
+
+    async def stream_add(self, stream: str, entries: Sequence[tuple[str, Mapping[str, str]]],
+                         *, max_length: int) -> None:
+        """Append ``(id, fields)`` entries to ``stream`` in one round trip, trimmed to about
+        ``max_length`` entries; id ``"*"`` lets Redis number the entry. An entry whose id is
+        not above the stream's last (a repeated batch) is refused by Redis and skipped."""
+        key = self.key(stream)
+        async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
+            for identifier, fields in entries:
+                pipe.xadd(key, dict(fields), identifier=identifier,
+                          trim_strategy=coredis.PureToken.MAXLEN,
+                          trim_operator=coredis.PureToken.APPROXIMATELY, threshold=max_length)
+
+    async def stream_read(self, positions: Mapping[str, str], *, count: int, block_ms: int
+                          ) -> dict[str, list[StreamEntry]]:
+        """The entries after each stream's position (``"$"``: only new ones), waiting up to
+        ``block_ms`` for one; keyed by the logical stream names asked for."""
+        reply = await self._client.xread({self.key(name): position
+                                          for name, position in positions.items()},
+                                         count=count, block=block_ms)
+        entries: dict[str, list[StreamEntry]] = {}
+        for key, items in (reply or {}).items():
+            entries[str(key)[len(self._prefix):]] = [
+                StreamEntry(str(item.identifier),
+                            {str(name): str(value) for name, value in item.field_values.items()})
+                for item in items]
+        return entries
+
+
 class RedisSharedState:
     """Shared state in Redis, for several service processes behind a load balancer.
 
@@ -198,43 +279,41 @@ class RedisSharedState:
     kind: Literal["memory", "redis"] = "redis"
 
     def __init__(self, client: coredis.Redis[str], prefix: str = "flowsvc:") -> None:
-        self.client = client
-        self.prefix = prefix
+        self._client = client
+        access = RedisAccess(client, prefix)
+        self.redis: RedisAccess | None = access
+        self.key = access.key
         self._window_script = client.register_script(_SLIDING_WINDOW_LUA)
         self._unlock_script = client.register_script(_UNLOCK_LUA)
-
-    def key(self, name: str) -> str:
-        """The Redis key of a logical name (every key carries the service prefix)."""
-        return self.prefix + name
 
     async def hit_window(self, key: str, limit: int, window: float) -> WindowDecision:
         now_ms = int(time.time() * 1000)
         member = f"{now_ms}:{secrets.token_hex(6)}"
         reply: list[int] = await self._window_script(
-            keys=[self.key("win:" + key)], args=[now_ms, int(window * 1000), limit, member])
+            keys=[self.key(window_key(key))], args=[now_ms, int(window * 1000), limit, member])
         allowed, count, oldest = reply
         oldest_s = None if int(oldest) < 0 else int(oldest) / 1000
         return _decision(bool(allowed), limit, int(count), oldest_s, now_ms / 1000, window)
 
     async def get(self, key: str) -> str | None:
-        return await self.client.get(self.key(key))
+        return await self._client.get(self.key(key))
 
     async def set(self, key: str, value: str, *, ttl: float | None = None,
                   only_if_absent: bool = False) -> bool:
         px = int(ttl * 1000) if ttl else None
-        result = await self.client.set(self.key(key), value, px=px,
+        result = await self._client.set(self.key(key), value, px=px,
                                        condition=coredis.PureToken.NX if only_if_absent else None)
         return bool(result)
 
     async def delete(self, key: str) -> None:
-        await self.client.delete([self.key(key)])
+        await self._client.delete([self.key(key)])
 
     async def publish(self, channel: str, message: str) -> None:
-        await self.client.publish(self.key(channel), message)
+        await self._client.publish(self.key(channel), message)
 
     @asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[_PubSubMessages]:
-        pubsub = self.client.pubsub(channels=[self.key(channel)])
+        pubsub = self._client.pubsub(channels=[self.key(channel)])
         async with pubsub:
             yield _PubSubMessages(pubsub)
 
@@ -243,7 +322,7 @@ class RedisSharedState:
         token = secrets.token_hex(16)
         key = self.key("lock:" + name)
         # A Redis lock is taken by retrying SET NX; no event can tell us it was freed.
-        while not await self.client.set(key, token, px=int(ttl * 1000),  # noqa: ASYNC110
+        while not await self._client.set(key, token, px=int(ttl * 1000),  # noqa: ASYNC110
                                         condition=coredis.PureToken.NX):
             await trio.sleep(0.02)
         try:
@@ -254,7 +333,7 @@ class RedisSharedState:
 
     async def ping(self) -> None:
         try:
-            await self.client.ping()
+            await self._client.ping()
         except Exception as exc:
             raise Unavailable("redis is unavailable") from exc
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
-from sqlalchemy import Connection, Engine, MetaData, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runtime.errors import Unavailable
@@ -143,12 +143,3 @@ class Database:
                 raise
             log.warning("database unavailable: %s", type(exc.orig).__name__ if exc.orig else exc)
             raise Unavailable("the database is unavailable") from exc
-
-
-def metadata_of(items: list[MetaData]) -> MetaData:
-    """One MetaData holding the tables of every enabled plugin (for schema checks)."""
-    combined = MetaData()
-    for metadata in items:
-        for table in metadata.tables.values():
-            table.to_metadata(combined)
-    return combined

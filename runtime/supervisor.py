@@ -24,10 +24,6 @@ from runtime.metrics import Metrics
 log = logging.getLogger("flowsvc.supervisor")
 
 
-class SupervisorGaveUp(Exception):
-    """Raised (and recorded) when restarts exceed the configured intensity."""
-
-
 @dataclass
 class _Child:
     spec: ActorSpec

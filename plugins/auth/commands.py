@@ -9,7 +9,7 @@ from sqlalchemy import Connection, insert
 
 from plugins.auth.identities import hash_code
 from plugins.auth.tables import access_codes
-from runtime.cli import Command
+from runtime.hooktypes import Command
 from runtime.service import Service
 from runtime.wire import utcnow
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from quart import Blueprint, Request, Response, g
+from quart import Blueprint, Request, Response
 
-from plugins.auth import tables
+from plugins.auth import routes, tables
+from plugins.auth.bot import messenger_actor
 from plugins.auth.commands import ACCESS_CODES
 from plugins.auth.housekeeping import housekeeper_actor
-from plugins.auth.routes import build_blueprint
-from plugins.auth.session_view import auth_state, session_view_actor
+from plugins.auth.session_view import session_view_actor
 from plugins.auth.sessions import (
     SessionClaims,
     extend_session,
@@ -20,9 +20,11 @@ from plugins.auth.sessions import (
     set_session_cookie,
 )
 from plugins.auth.settings import AuthSettings
+from plugins.auth.state import AUTH, ROTATION, SESSION
 from runtime.actors import ActorSpec
-from runtime.cli import Command
+from runtime.context import RequestContext
 from runtime.hookspecs import hookimpl
+from runtime.hooktypes import Command
 from runtime.plugin_kit import standard_hooks
 from runtime.principal import Credentials, Principal
 from runtime.service import Service
@@ -34,12 +36,14 @@ flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    return [build_blueprint(service)]
+    return [routes.blueprint]
 
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
-    return [session_view_actor(service), housekeeper_actor(service)]
+    state = service.state(AUTH)
+    return [session_view_actor(service, state.view, state.settings.revocation_poll_seconds),
+            messenger_actor(service, state.settings), housekeeper_actor(service)]
 
 
 @hookimpl
@@ -48,7 +52,8 @@ def flowsvc_commands() -> list[Command]:
 
 
 @hookimpl
-def flowsvc_authenticate(service: Service, credentials: Credentials) -> Principal | None:
+def flowsvc_authenticate(service: Service, credentials: Credentials, context: RequestContext
+                         ) -> Principal | None:
     """Sessions: the cookie, or a bearer JWT. An ``x-api-key`` request is never a session.
 
     CPU only: the token memo and the session view answer without I/O (docs/auth.md).
@@ -59,21 +64,22 @@ def flowsvc_authenticate(service: Service, credentials: Credentials) -> Principa
     token = bearer if bearer and bearer.count(".") == 2 else credentials.session_cookie
     if token is None:
         return None
-    state = auth_state(service)
+    state = service.state(AUTH)
     claims = state.tokens.verify(token)
     if claims is None or state.view.is_revoked(claims.session_id):
         return None
-    g.session_claims = claims
-    g.session_rotation = claims if token == credentials.session_cookie else None
+    context.put(SESSION, claims)
+    if token == credentials.session_cookie:
+        context.put(ROTATION, claims)
     return Principal(user_id=claims.user_id, address=claims.address, via="session",
                      session_id=claims.session_id)
 
 
 @hookimpl
 async def flowsvc_after_request(service: Service, request: Request, response: Response,
-                                principal: Principal | None) -> None:
+                                context: RequestContext) -> None:
     """Rotate a cookie session older than ``jwt.rotate_after_hours``: same session, new token."""
-    claims: SessionClaims | None = g.get("session_rotation")
+    claims = context.get(ROTATION)
     if claims is None or response.status_code >= 400:
         return
     jwt_settings = service.settings.jwt

@@ -18,34 +18,30 @@ How it stays correct across processes:
   taken before the read; the actor refuses the fill if any user change arrived since, so a
   slow read can never put back a value older than an invalidation. Entries also expire
   after ``user_cache_seconds``, the bound for writers that do not announce.
-- When the subscription ends or fails, the actor crashes on purpose: the supervisor
-  restarts it, and a restart reloads everything from the database.
+- The actor follows changes with ``runtime.follow``: after every (re)subscription it
+  reloads everything from the database; a database or Redis outage makes it wait and
+  retry, never crash, and until the first load every session check answers 503.
 """
 
 from __future__ import annotations
 
 import time
-import weakref
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import trio
 
-from plugins.auth.sessions import TokenVerifier, revoked_since
-from plugins.auth.settings import AuthSettings
-from runtime.actors import ActorSpec, Mailbox, serve_mailbox
+from plugins.auth.sessions import revoked_since
+from runtime.actors import ActorSpec, Mailbox, Request
 from runtime.errors import Unavailable
+from runtime.follow import ChangeFeed, follow_changes
 from runtime.service import Service
 from runtime.wire import utcnow
 
 SESSION_VIEW_ACTOR = "auth.session_view"
 CHANGES_CHANNEL = "auth.changes"
 _MAX_USERS = 10_000
-
-
-class SubscriptionLost(Exception):
-    """Raised by the actor when its fan-out subscription ends, to be restarted and resync."""
 
 
 class SessionView:
@@ -120,28 +116,27 @@ class SessionView:
 
 
 @dataclass(frozen=True)
-class AuthState:
-    """The auth plugin's in-memory state of one service: token memo and session view."""
+class Revoked(Request[None]):
+    """Message: session ``session_id`` (valid until ``expires_at``, Unix s) was revoked."""
 
-    tokens: TokenVerifier
-    view: SessionView
-
-
-# The Service has no slot for a plugin's per-process state, and both the actor (built by
-# flowsvc_actors) and the request hooks need the same objects; keyed weakly so that a
-# stopped service (tests run many) takes its state with it.
-_STATES: weakref.WeakKeyDictionary[Service, AuthState] = weakref.WeakKeyDictionary()
+    session_id: str
+    expires_at: float
 
 
-def auth_state(service: Service) -> AuthState:
-    """The auth state of ``service``, made on first use."""
-    state = _STATES.get(service)
-    if state is None:
-        settings = service.plugin_settings("auth", AuthSettings)
-        state = AuthState(TokenVerifier(service.settings.jwt.secret),
-                          SessionView(settings.user_cache_seconds))
-        _STATES[service] = state
-    return state
+@dataclass(frozen=True)
+class UserChanged(Request[None]):
+    """Message: user ``user_id`` changed; drop the cached body."""
+
+    user_id: int
+
+
+@dataclass(frozen=True)
+class UserLoaded:
+    """Message (cast): a user's public body read from the database at view ``epoch``."""
+
+    user_id: int
+    body: dict[str, Any]
+    epoch: int
 
 
 async def announce_revoked(service: Service, session_id: str, expires_at: float) -> None:
@@ -149,7 +144,7 @@ async def announce_revoked(service: Service, session_id: str, expires_at: float)
 
     :raises Unavailable: the actor or the shared state cannot be reached.
     """
-    await service.registry.lookup(SESSION_VIEW_ACTOR).call(("revoked", session_id, expires_at))
+    await service.registry.lookup(SESSION_VIEW_ACTOR).call(Revoked(session_id, expires_at))
     await service.shared.publish(CHANGES_CHANNEL, f"revoked {session_id} {expires_at:.0f}")
 
 
@@ -158,7 +153,7 @@ async def announce_user_changed(service: Service, user_id: int) -> None:
 
     :raises Unavailable: the actor or the shared state cannot be reached.
     """
-    await service.registry.lookup(SESSION_VIEW_ACTOR).call(("user_changed", user_id))
+    await service.registry.lookup(SESSION_VIEW_ACTOR).call(UserChanged(user_id))
     await service.shared.publish(CHANGES_CHANNEL, f"user {user_id}")
 
 
@@ -166,7 +161,7 @@ def offer_user(service: Service, user_id: int, body: dict[str, Any], epoch: int)
     """Offer a user body read from the database at ``epoch`` to the cache (never waits)."""
     address = service.registry.get(SESSION_VIEW_ACTOR)
     if address is not None:
-        address.try_cast(("user_loaded", user_id, body, epoch))
+        address.try_cast(UserLoaded(user_id, body, epoch))
 
 
 def _apply(view: SessionView, message: str) -> None:
@@ -178,51 +173,42 @@ def _apply(view: SessionView, message: str) -> None:
         view.forget_user(int(rest))
 
 
-def session_view_actor(service: Service) -> ActorSpec:
-    """The actor that owns ``auth_state(service).view``.
+def session_view_actor(service: Service, view: SessionView, poll_seconds: float) -> ActorSpec:
+    """The actor that owns ``view``: messages ``Revoked``, ``UserChanged`` (calls) and
+    ``UserLoaded`` (cast)."""
+    since = utcnow()
 
-    Messages: ``call(("revoked", sid, expires_unix))``, ``call(("user_changed", user_id))``
-    and ``cast(("user_loaded", user_id, body, epoch))``.
-    """
-    poll_seconds = service.plugin_settings("auth", AuthSettings).revocation_poll_seconds
+    async def resync() -> None:
+        nonlocal since
+        checked_at = utcnow()
+        view.reset(await service.db.read(revoked_since, datetime.fromtimestamp(0, UTC)))
+        since = checked_at - timedelta(seconds=poll_seconds)
+
+    async def poll() -> None:
+        nonlocal since
+        # Overlap the polls so a revocation committed during one is not missed.
+        checked_at = utcnow()
+        for session_id, expires in await service.db.read(revoked_since, since):
+            view.revoke(session_id, expires)
+        since = checked_at - timedelta(seconds=poll_seconds)
+        view.drop_expired()
+
+    async def handle(message: object) -> None:
+        match message:
+            case Revoked(session_id, expires_at):
+                view.revoke(session_id, expires_at)
+            case UserChanged(user_id):
+                view.forget_user(user_id)
+            case UserLoaded(user_id, body, epoch):
+                view.remember_user(user_id, body, epoch)
+            case _:
+                raise TypeError(f"{SESSION_VIEW_ACTOR} does not understand {message!r}")
+
+    feed = ChangeFeed(SESSION_VIEW_ACTOR, CHANGES_CHANNEL, resync,
+                      lambda message: _apply(view, message), poll, poll_seconds)
 
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        view = auth_state(service).view
-        async with service.shared.subscribe(CHANGES_CHANNEL) as messages:
-            # Subscribed before loading, so nothing committed after the load is missed.
-            since = utcnow() - timedelta(seconds=poll_seconds)
-            view.reset(await service.db.read(revoked_since, datetime.fromtimestamp(0).astimezone()))
-
-            async def listen() -> None:
-                async for message in messages:
-                    _apply(view, message)
-                raise SubscriptionLost("the auth.changes subscription ended")
-
-            async def poll() -> None:
-                nonlocal since
-                while True:
-                    await trio.sleep(poll_seconds)
-                    # Overlap the polls so a revocation committed during one is not missed.
-                    checked_at = utcnow()
-                    for session_id, expires in await service.db.read(revoked_since, since):
-                        view.revoke(session_id, expires)
-                    since = checked_at - timedelta(seconds=poll_seconds)
-                    view.drop_expired()
-
-            async def handle(message: tuple[Any, ...]) -> None:
-                if message[0] == "revoked":
-                    view.revoke(message[1], message[2])
-                elif message[0] == "user_changed":
-                    view.forget_user(message[1])
-                elif message[0] == "user_loaded":
-                    view.remember_user(message[1], message[2], message[3])
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(listen)
-                nursery.start_soon(poll)
-                task_status.started()
-                await serve_mailbox(mailbox, handle)
-                nursery.cancel_scope.cancel()
+        await follow_changes(feed, service.shared, mailbox, handle, task_status=task_status)
 
     return ActorSpec(name=SESSION_VIEW_ACTOR, run=run, mailbox_size=1024)

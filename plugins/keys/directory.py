@@ -6,7 +6,8 @@ unknown hashes are cached as such for a minute). Every change to a key (PATCH, D
 drops it from the cache of the process that made it at once and is published on the
 shared channel ``keys.changed``; the ``keys.directory`` actor drops it on every other
 process when the message arrives, and polls the database every
-``invalidation_poll_seconds`` (1 s) for changes a lost message would hide. A revocation is
+``invalidation_poll_seconds`` (1 s) for changes a lost message would hide, and forgets
+every cached key whenever it (re)subscribes (``runtime.follow``). A revocation is
 therefore effective everywhere within about one second, usually within milliseconds.
 """
 
@@ -22,7 +23,8 @@ from typing import Any, Literal
 import trio
 
 from plugins.keys.records import KeyRecord, changed_since, load_by_hash, load_by_id
-from runtime.actors import ActorSpec, Mailbox, serve_mailbox
+from runtime.actors import ActorSpec, Mailbox
+from runtime.follow import ChangeFeed, follow_changes
 from runtime.shared import SharedState
 from runtime.storage import Database
 from runtime.wire import utcnow
@@ -94,6 +96,12 @@ class KeyDirectory:
             self._store(record.key_hash, record)
         return record
 
+    def clear(self) -> None:
+        """Forget every key (invalidations may have been missed)."""
+        self._generation += 1
+        self._by_hash.clear()
+        self._hash_of.clear()
+
     def invalidate(self, key_id: int) -> None:
         """Forget key ``key_id``; the next request with it reads the database."""
         self._generation += 1
@@ -138,45 +146,31 @@ def directory_actor(directory: KeyDirectory, db: Database, shared: SharedState,
     """The actor that keeps ``directory`` in step with the database on this process.
 
     It listens to ``keys.changed`` and polls for keys changed since the last poll (the
-    polls overlap by one interval, so a change committed during a poll is not missed).
-    Its mailbox takes ``("invalidate", key_id)``.
+    polls overlap by one interval, so a change committed during a poll is not missed). It
+    takes no messages: this process's own changes call ``announce_change``.
     """
+    since = utcnow()
+
+    async def resync() -> None:
+        nonlocal since
+        since = utcnow() - timedelta(seconds=poll_seconds)
+        directory.clear()
+
+    def apply(message: str) -> None:
+        if message.isdigit():
+            directory.invalidate(int(message))
+
+    async def poll() -> None:
+        nonlocal since
+        checked_at = utcnow()
+        for key_id in await db.read(changed_since, since):
+            directory.invalidate(key_id)
+        since = checked_at - timedelta(seconds=poll_seconds)
+
+    feed = ChangeFeed(DIRECTORY_ACTOR, CHANGED_CHANNEL, resync, apply, poll, poll_seconds)
 
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        async def listen() -> None:
-            while True:
-                try:
-                    async with shared.subscribe(CHANGED_CHANNEL) as messages:
-                        async for message in messages:
-                            if message.isdigit():
-                                directory.invalidate(int(message))
-                except Exception:  # Redis went away: the poll covers until it is back
-                    log.warning("key invalidation channel lost; resubscribing", exc_info=True)
-                await trio.sleep(poll_seconds)
-
-        async def poll() -> None:
-            since = utcnow() - timedelta(seconds=poll_seconds)
-            while True:
-                await trio.sleep(poll_seconds)
-                checked_at = utcnow()
-                try:
-                    changed = await db.read(changed_since, since)
-                except Exception:  # a database outage must not stop invalidation by message
-                    log.warning("key invalidation poll failed; retrying", exc_info=True)
-                    continue
-                for key_id in changed:
-                    directory.invalidate(key_id)
-                since = checked_at - timedelta(seconds=poll_seconds)
-
-        async def handle(message: tuple[str, int]) -> None:
-            directory.invalidate(message[1])
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(listen)
-            nursery.start_soon(poll)
-            task_status.started()
-            await serve_mailbox(mailbox, handle)
-            nursery.cancel_scope.cancel()
+        await follow_changes(feed, shared, mailbox, task_status=task_status)
 
     return ActorSpec(name=DIRECTORY_ACTOR, run=run, mailbox_size=256)

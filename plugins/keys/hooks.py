@@ -8,18 +8,19 @@ from typing import Any
 
 from quart import Blueprint, Request, Response
 
-from plugins.keys import pipeline, tables
+from plugins.keys import pipeline, routes, tables
 from plugins.keys.directory import directory_actor
 from plugins.keys.meter import meter_actor
-from plugins.keys.routes import build_blueprint
 from plugins.keys.settings import KeysSettings
-from plugins.keys.state import keys_state
+from plugins.keys.state import KEYS
 from plugins.keys.usage import usage_actor
 from runtime.actors import ActorSpec
+from runtime.context import RequestContext
 from runtime.hookspecs import hookimpl
+from runtime.hooktypes import ReadinessCheck
 from runtime.plugin_kit import standard_hooks
 from runtime.principal import Credentials, Principal
-from runtime.service import ReadinessCheck, Service
+from runtime.service import Service
 
 flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
     "keys", KeysSettings, tables.metadata, Path(__file__).parent / "migrations")
@@ -27,12 +28,12 @@ flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    return [build_blueprint(service)]
+    return [routes.blueprint]
 
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
-    state = keys_state(service)
+    state = service.state(KEYS)
     settings = state.settings
     return [
         directory_actor(state.directory, service.db, service.shared,
@@ -46,7 +47,7 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
 
 @hookimpl
 def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
-    usage = keys_state(service).usage
+    usage = service.state(KEYS).usage
 
     async def usage_log() -> dict[str, Any]:
         return usage.status()
@@ -59,20 +60,22 @@ def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
 
 
 @hookimpl
-def flowsvc_authenticate(service: Service, credentials: Credentials
+def flowsvc_authenticate(service: Service, credentials: Credentials, context: RequestContext
                          ) -> Principal | None | Awaitable[Principal | None]:
-    return pipeline.authenticate(service, credentials)
+    return pipeline.authenticate(service, credentials, context)
 
 
 @hookimpl
 def flowsvc_before_request(service: Service, request: Request,
-                           principal: Principal | None) -> Awaitable[None] | None:
-    if principal is not None and principal.via == "api_key":
-        return pipeline.admit(service, request)
+                           context: RequestContext) -> Awaitable[None] | None:
+    principal = context.principal
+    call = context.get(pipeline.KEY_CALL)
+    if principal is not None and principal.via == "api_key" and call is not None:
+        return pipeline.admit(service, request, call)
     return None
 
 
 @hookimpl
 def flowsvc_after_request(service: Service, request: Request, response: Response,
-                          principal: Principal | None) -> Awaitable[None] | None:
-    return pipeline.finish(service, request, response, principal)
+                          context: RequestContext) -> Awaitable[None] | None:
+    return pipeline.finish(service, request, response, context)

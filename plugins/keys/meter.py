@@ -16,131 +16,33 @@ of 400 or more is refunded. Spend is metered per period (``plugins.keys.periods`
 written to the database at least every ``spend_flush_seconds`` and when the service
 stops, so it survives restarts; a crash loses at most that interval of spend.
 
-**Charging from other plugins.** Send ``Charge`` to the ``keys.meter`` actor::
-
-    from plugins.keys.meter import METER_ACTOR, Charge
-    charged = await service.registry.lookup(METER_ACTOR).call(
-        Charge(key_id=principal.key_id, micro_flow=250_000, model="gpt-4o-mini"))
-
-It answers ``Charged``, or raises ``SpendCapReached`` (402) when the key's period spend
-has reached its cap (nothing is charged then), ``ApiKeyRevoked`` or ``ApiKeyInvalid``
-(401) when the key was revoked or does not exist, and ``Unavailable`` (503) when the meter
-cannot answer. Every charge is written to the key's usage log with its ``model``.
+**Charging from other plugins.** The ``keys.meter`` actor answers the ``Charge`` message of
+the contract ``runtime.contracts.meter`` (what it answers and raises is documented there).
+Every charge is written to the key's usage log with its ``model``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any
 
 import trio
 
 from plugins.keys.errors import ApiKeyInvalid, ApiKeyRevoked
+from plugins.keys.metering import ADMIT, CHARGE, MeterItem, MeterResult, Status
 from plugins.keys.periods import reset_text_at
 from plugins.keys.records import KeyRecord, add_spend
+from plugins.keys.state import KeysState
 from runtime.actors import ActorSpec, Envelope, Mailbox
+from runtime.contracts.meter import METER_ACTOR, Charge, Charged
 from runtime.errors import RateLimited, SpendCapReached
 from runtime.limits import WINDOW_SECONDS
 from runtime.wire import format_flow, utcnow
 
-if TYPE_CHECKING:
-    from plugins.keys.state import KeysState
-
 log = logging.getLogger("flowsvc.keys")
-METER_ACTOR = "keys.meter"
-ADMIT, CHARGE, REFUND = 1, 2, 3
-Status = Literal["ok", "key_rate", "user_rate", "spend"]
-STATUSES: tuple[Status, ...] = ("ok", "key_rate", "user_rate", "spend")
-
-
-@dataclass(frozen=True)
-class Charge:
-    """Message to ``keys.meter``: charge ``micro_flow`` (10^-6 FLOW) to key ``key_id``.
-
-    :param key_id: the key (``Principal.key_id`` of the request that started the work).
-    :param micro_flow: the amount, an integer of micro-FLOW, >= 0.
-    :param model: what the cost came from (the agent model, or the tool), 1 to 64
-        characters; the ``by_model`` breakdown of the key's usage groups by it.
-    """
-
-    key_id: int
-    micro_flow: int
-    model: str
-
-
-@dataclass(frozen=True)
-class Charged:
-    """The answer to ``Charge``: what was charged and where the key's period now stands."""
-
-    key_id: int
-    micro_flow: int
-    period_used: int
-    period_limit: int | None
-    period_reset: str
-
-
-@dataclass(frozen=True)
-class MeterItem:
-    """One question to a meter backend. ``mode`` is ADMIT, CHARGE or REFUND."""
-
-    mode: int
-    key_id: int
-    user_id: int
-    key_rpm: int
-    user_rpm: int
-    limit: int | None
-    cost: int
-    period_key: int
-    seed: int
-
-
-@dataclass(frozen=True)
-class MeterResult:
-    """A backend's answer; times are Unix seconds, ``applied`` the spend change made."""
-
-    status: Status
-    key_count: int
-    key_oldest: float | None
-    user_oldest: float | None
-    used: int
-    period_key: int
-    applied: int
-
-
-class MeterBackend(Protocol):
-    """Where rate windows and period spend live: this process, or Redis."""
-
-    spend: SpendLedger
-
-    async def meter(self, item: MeterItem, now: float) -> MeterResult: ...
-    async def period_used(self, records: list[KeyRecord], now: datetime) -> dict[int, int]: ...
-    async def run(self, *, task_status: trio.TaskStatus[Any] = ...) -> None: ...
-
-
-class SpendLedger:
-    """Spend applied by this process and not yet written to the database."""
-
-    def __init__(self) -> None:
-        self._deltas: defaultdict[tuple[int, int], int] = defaultdict(int)
-
-    def add(self, key_id: int, period_key: int, delta: int) -> None:
-        if delta:
-            self._deltas[(key_id, period_key)] += delta
-
-    def take(self) -> dict[tuple[int, int], int]:
-        deltas = {key: value for key, value in self._deltas.items() if value}
-        self._deltas.clear()
-        return deltas
-
-    def restore(self, deltas: dict[tuple[int, int], int]) -> None:
-        for (key_id, period_key), delta in deltas.items():
-            self.add(key_id, period_key, delta)
-
-
 def item_for(record: KeyRecord, mode: int, cost: int, user_rpm: int, unix: float) -> MeterItem:
     """The meter question for ``record`` at ``unix`` (seconds)."""
     current = record.current_period_key(unix)
@@ -214,7 +116,7 @@ def admission_of(record: KeyRecord, result: MeterResult, unix: float) -> Admissi
 
 
 async def charge(state: KeysState, message: Charge) -> Charged:
-    """Handle ``Charge`` (see the module docstring for what it raises)."""
+    """Handle ``Charge`` (``runtime.contracts.meter`` says what it raises)."""
     if message.micro_flow < 0:
         raise ValueError("Charge.micro_flow must be >= 0")
     record = await state.directory.by_id(message.key_id)
@@ -265,7 +167,7 @@ def meter_actor(state: KeysState) -> ActorSpec:
     async def answer(envelope: Envelope) -> None:
         try:
             if not isinstance(envelope.message, Charge):
-                raise TypeError(f"keys.meter does not understand {envelope.message!r}")
+                raise TypeError(f"{METER_ACTOR} does not understand {envelope.message!r}")
             envelope.reply(await charge(state, envelope.message))
         except Exception as exc:  # the caller owns the failure, not the actor
             envelope.fail(exc)

@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from plugins.keys.meter import ADMIT, REFUND, MeterItem, MeterResult, SpendLedger, Status
+from plugins.keys.metering import ADMIT, REFUND, MeterItem, MeterResult, SpendLedger, Status
 from plugins.keys.records import KeyRecord
 from runtime.limits import WINDOW_SECONDS, user_bucket
 from runtime.shared import SharedState

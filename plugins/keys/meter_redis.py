@@ -8,9 +8,9 @@ enforce one cap per key, one bucket per user and one spend per period.
 
 For each item the script meters, in order: the key's sliding window (``keys:win:<id>``),
 the period spend (hash ``keys:spend:<id>`` holding ``pk`` and ``used``), and the owner's
-service-wide bucket. The bucket is the very sorted set ``RedisSharedState.hit_window``
-keeps for ``runtime.limits.user_bucket`` (``win:user:<id>``, scores and members in
-milliseconds), so session and key requests of a user share it; a test guards that layout.
+service-wide bucket. The bucket is the very sorted set ``SharedState.hit_window`` keeps
+for ``runtime.limits.user_bucket``, named by ``runtime.shared.window_key`` (scores and
+members in milliseconds), so session and key requests of a user share it.
 A spend hash that is missing (expired after 40 idle days, or Redis was emptied) or holds an
 older period starts from the database's figure (``seed``), so a restart of Redis or of a
 process does not reset a period's spend.
@@ -28,14 +28,13 @@ from typing import Any
 import trio
 from coredis.exceptions import RedisError
 
-from plugins.keys.meter import STATUSES, MeterItem, MeterResult, SpendLedger
+from plugins.keys.metering import STATUSES, MeterItem, MeterResult, SpendLedger
 from plugins.keys.records import KeyRecord
 from runtime.errors import Unavailable
 from runtime.limits import WINDOW_SECONDS, user_bucket
-from runtime.shared import RedisSharedState
+from runtime.shared import RedisAccess, window_key
 
 log = logging.getLogger("flowsvc.keys")
-_FIELDS_PER_ITEM = 9
 _SPEND_TTL_MS = 40 * 86_400_000
 _MAX_QUEUE = 10_000
 
@@ -137,15 +136,14 @@ class _Slot:
 class RedisMeter:
     """Meters kept in Redis; ``run`` is the batcher, owned by the ``keys.meter`` actor.
 
-    :param shared: the Redis shared state (its client and key prefix).
+    :param redis: the shared Redis (scripts, keys under the service prefix).
     :param max_batch: items per script call at most.
     :param timeout: seconds a script call may take before its items fail with 503.
     """
 
-    def __init__(self, shared: RedisSharedState, max_batch: int, timeout: float) -> None:
-        self._shared = shared
-        self._script = shared.client.register_script(_METER_LUA)
-        self._read_script = shared.client.register_script(_READ_SPEND_LUA)
+    def __init__(self, redis: RedisAccess, max_batch: int, timeout: float) -> None:
+        self._script = redis.script(_METER_LUA)
+        self._read_script = redis.script(_READ_SPEND_LUA)
         self._max_batch = max_batch
         self._timeout = timeout
         self._queue: list[tuple[MeterItem, _Slot]] = []
@@ -195,16 +193,15 @@ class RedisMeter:
         keys: list[str] = []
         args: list[int | str] = [now_ms]
         for item, _ in batch:
-            keys += [self._shared.key(f"keys:win:{item.key_id}"),
-                     self._shared.key("win:" + user_bucket(item.user_id)),
-                     self._shared.key(f"keys:spend:{item.key_id}")]
+            keys += [f"keys:win:{item.key_id}", window_key(user_bucket(item.user_id)),
+                     f"keys:spend:{item.key_id}"]
             args += [item.mode, item.key_rpm, item.user_rpm,
                      -1 if item.limit is None else item.limit, item.cost, item.period_key,
                      item.seed, f"{now_ms}:{self._member_tag}{next(self._members)}",
                      _SPEND_TTL_MS]
         try:
             with trio.fail_after(self._timeout):
-                reply: list[int] = await self._script(keys=keys, args=args)
+                reply: list[int] = await self._script(keys, args)
         except (Exception, trio.TooSlowError) as exc:
             log.warning("key meter script failed: %s", type(exc).__name__)
             error = Unavailable("the API key meter cannot reach Redis")
@@ -229,8 +226,7 @@ class RedisMeter:
             return {}
         try:
             reply: list[Any] = await self._read_script(
-                keys=[self._shared.key(f"keys:spend:{record.id}") for record in records],
-                args=[])
+                [f"keys:spend:{record.id}" for record in records], [])
         except (RedisError, OSError) as exc:
             raise Unavailable("the API key meter cannot reach Redis") from exc
         used = {}

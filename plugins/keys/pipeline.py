@@ -14,14 +14,16 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from quart import Request, Response, g
+from quart import Request, Response
 
 from plugins.keys.directory import KeyDirectory, Miss
 from plugins.keys.errors import ApiKeyInvalid, ApiKeyRevoked
-from plugins.keys.meter import ADMIT, REFUND, Admission, MeterItem, admission_of, item_for
+from plugins.keys.meter import Admission, admission_of, item_for
+from plugins.keys.metering import ADMIT, REFUND, MeterItem
 from plugins.keys.records import KEY_PREFIX, RAW_KEY, KeyRecord, hash_key
-from plugins.keys.state import KeysState, keys_state
+from plugins.keys.state import KEYS, KeysState
 from plugins.keys.usage import UsageEntry
+from runtime.context import RequestContext, RequestSlot
 from runtime.principal import Credentials, Principal
 from runtime.service import Service
 
@@ -37,6 +39,10 @@ class KeyCall:
     admission: Admission | None = None
 
 
+KEY_CALL: RequestSlot[KeyCall] = RequestSlot("keys.call")
+""":class:`KeyCall` of a request that presented a key (set by ``authenticate``)."""
+
+
 def raw_key_of(credentials: Credentials) -> str | None:
     """The raw key a request presents: ``x-api-key``, else a ``Bearer sk_live_...``."""
     if credentials.api_key is not None:
@@ -46,7 +52,7 @@ def raw_key_of(credentials: Credentials) -> str | None:
     return None
 
 
-def authenticate(service: Service, credentials: Credentials
+def authenticate(service: Service, credentials: Credentials, context: RequestContext
                  ) -> Principal | None | Awaitable[Principal | None]:
     """The key's owner as the caller, or None when the request presents no key.
 
@@ -61,22 +67,23 @@ def authenticate(service: Service, credentials: Credentials
         return None
     if not RAW_KEY.match(raw):
         raise ApiKeyInvalid("the API key is not a valid sk_live_ key")
-    directory = keys_state(service).directory
+    directory = service.state(KEYS).directory
     key_hash = hash_key(raw)
     record = directory.cached(key_hash)
     if record is Miss.MISS:
-        return _load_and_authenticate(directory, key_hash)
-    return _caller(record)
+        return _load_and_authenticate(directory, key_hash, context)
+    return _caller(record, context)
 
 
-async def _load_and_authenticate(directory: KeyDirectory, key_hash: str) -> Principal:
-    return _caller(await directory.lookup(key_hash))
+async def _load_and_authenticate(directory: KeyDirectory, key_hash: str,
+                                 context: RequestContext) -> Principal:
+    return _caller(await directory.lookup(key_hash), context)
 
 
-def _caller(record: KeyRecord | None) -> Principal:
+def _caller(record: KeyRecord | None, context: RequestContext) -> Principal:
     if record is None:
         raise ApiKeyInvalid("the API key is unknown")
-    g.api_key_call = KeyCall(record)
+    context.put(KEY_CALL, KeyCall(record))
     if record.revoked_at is not None:
         raise ApiKeyRevoked("the API key was revoked")
     return Principal(user_id=record.user_id, address=record.address, via="api_key",
@@ -101,15 +108,14 @@ def request_cost(service: Service, state: KeysState, route: str | None, method: 
     return cost
 
 
-async def admit(service: Service, request: Request) -> None:
+async def admit(service: Service, request: Request, call: KeyCall) -> None:
     """Meter the key request: its key's window, its owner's bucket and its spend.
 
     :raises RateLimited: the key's cap or the owner's bucket is full (429).
     :raises SpendCapReached: the key's period spend reached its cap (402).
     :raises Unavailable: the meter cannot answer (503).
     """
-    call: KeyCall = g.api_key_call
-    state = keys_state(service)
+    state = service.state(KEYS)
     unix = time.time()
     user_rpm = service.settings.limits.authenticated_rpm
     rule = request.url_rule
@@ -122,36 +128,37 @@ async def admit(service: Service, request: Request) -> None:
 
 
 def finish(service: Service, request: Request, response: Response,
-           principal: Principal | None) -> Awaitable[None] | None:
+           context: RequestContext) -> Awaitable[None] | None:
     """Refund a failed request's cost, add the key headers, and log the request.
 
     Only a refund needs to wait (for the meter), so only then is an awaitable returned.
     A request whose key was refused (no principal) is logged too; one that another
     plugin's credential won (a session, if ``Bearer sk_live_`` lost to a cookie) is not.
     """
-    call: KeyCall | None = g.get("api_key_call")
+    call = context.get(KEY_CALL)
+    principal = context.principal
     if call is None or (principal is not None and principal.key_id != call.record.id):
         return None
     admission = call.admission
     if admission is not None and response.status_code >= 400 and admission.cost > 0:
-        return _refund_and_complete(service, request, response, call, admission)
-    _complete(service, request, response, call, admission)
+        return _refund_and_complete(service, request, response, call, admission,
+                                    context.started)
+    _complete(service, request, response, call, admission, context.started)
     return None
 
 
 async def _refund_and_complete(service: Service, request: Request, response: Response,
-                               call: KeyCall, admission: Admission) -> None:
-    _complete(service, request, response, call, await _refund(service, admission))
+                               call: KeyCall, admission: Admission, started: float) -> None:
+    _complete(service, request, response, call, await _refund(service, admission), started)
 
 
 def _complete(service: Service, request: Request, response: Response, call: KeyCall,
-              admission: Admission | None) -> None:
+              admission: Admission | None, started: float) -> None:
     if admission is not None:
         response.headers.extend(admission.headers())
-    started: float = g.get("started", time.perf_counter())
     route = request.url_rule.rule if request.url_rule else None
     group = request.blueprint or ("core" if route else "unmatched")
-    keys_state(service).usage.log(UsageEntry(
+    service.state(KEYS).usage.log(UsageEntry(
         key_id=call.record.id, at=datetime.now(UTC), kind="request", method=request.method,
         route=route, status=response.status_code, cost=admission.cost if admission else 0,
         model=f"route:{group}", latency_us=int((time.perf_counter() - started) * 1_000_000)))
@@ -164,7 +171,7 @@ async def _refund(service: Service, admission: Admission) -> Admission:
                      period_key=admission.period_key,
                      seed=record.stored_spend(admission.period_key))
     try:
-        result = await keys_state(service).meter.meter(item, time.time())
+        result = await service.state(KEYS).meter.meter(item, time.time())
     except Exception:  # the request is answered already; the cost stays charged
         log.warning("refund of key %d failed", record.id, exc_info=True)
         return admission

@@ -1,6 +1,7 @@
 """Routes of the keys plugin: ``/me/api-keys`` and a key's usage and recent calls.
 
 They accept a cookie session, a bearer session or an API key alike (``require_user``).
+Views are module-level functions on ``blueprint``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
-from quart import Blueprint, Response, g, request
+from quart import Blueprint, Response, request
 from quart_schema import document_response, validate_querystring, validate_request
 from sqlalchemy import Connection
 
@@ -27,13 +28,12 @@ from plugins.keys.records import (
     revoke,
     update_limits,
 )
-from plugins.keys.state import KeysState, keys_state
+from plugins.keys.state import KEYS, KeysState
 from plugins.keys.usage import recent, summary
 from runtime import idempotency
+from runtime.context import current_context, require_user
 from runtime.errors import InvalidRequest, NotFound
-from runtime.http import json_response
-from runtime.principal import require_user
-from runtime.service import Service
+from runtime.http import current_service, json_response
 from runtime.wire import iso, parse_flow, utcnow
 
 MAX_SPEND_LIMIT = 10**15  # micro-FLOW: 10^9 FLOW, far below 2^53 so Redis' Lua numbers stay exact
@@ -159,119 +159,125 @@ async def _public(state: KeysState, records: list[KeyRecord]) -> list[dict[str, 
     return [record.public(used[record.id], now) for record in records]
 
 
-def build_blueprint(service: Service) -> Blueprint:
-    blueprint = Blueprint("keys", __name__)
+blueprint = Blueprint("keys", __name__)
 
-    async def owned(key_id: int) -> KeyRecord:
-        principal = require_user()
-        record = await service.db.read(get_owned, principal.user_id, key_id)
-        if record is None:
-            raise NotFound(f"you have no API key {key_id}")
+
+async def _owned(key_id: int) -> KeyRecord:
+    principal = require_user()
+    record = await current_service().db.read(get_owned, principal.user_id, key_id)
+    if record is None:
+        raise NotFound(f"you have no API key {key_id}")
+    return record
+
+
+@blueprint.post("/me/api-keys")
+@validate_request(CreateKey)
+@document_response(CreatedKeyResponse, 201)
+async def create(data: CreateKey) -> Response:
+    """Create a key; the raw key is in this response and never again."""
+    service = current_service()
+    principal = require_user()
+    state = service.state(KEYS)
+    _check_rpm(state, data.rate_limit_rpm)
+    spend_limit = await _spend_limit()
+    raw_key = new_raw_key()
+    # The core would store this response, raw key included, to replay it for a repeated
+    # Idempotency-Key. The raw key must never be stored, so this route stores the
+    # replay itself, without it, in the transaction that creates the key.
+    claimed = current_context().take_idempotency()
+
+    def create_key(connection: Connection) -> KeyRecord:
+        now = utcnow()
+        record = insert_key(
+            connection, user_id=principal.user_id, name=data.name,
+            rate_limit_rpm=data.rate_limit_rpm, spend_limit=spend_limit,
+            spend_period=data.spend_period, raw_key=raw_key,
+            max_keys=state.settings.max_keys_per_user, now=now)
+        if claimed is not None:
+            replay = json.dumps({"key": {**record.public(0, now), "raw_key": None}},
+                                separators=(",", ":")).encode()
+            idempotency.complete(connection, *claimed, idempotency.StoredResponse(
+                201, replay, "application/json"))
         return record
 
-    @blueprint.post("/me/api-keys")
-    @validate_request(CreateKey)
-    @document_response(CreatedKeyResponse, 201)
-    async def create(data: CreateKey) -> Response:
-        """Create a key; the raw key is in this response and never again."""
-        principal = require_user()
-        state = keys_state(service)
-        _check_rpm(state, data.rate_limit_rpm)
-        spend_limit = await _spend_limit()
-        raw_key = new_raw_key()
-        # The core would store this response, raw key included, to replay it for a repeated
-        # Idempotency-Key. The raw key must never be stored, so this route stores the
-        # replay itself, without it, in the transaction that creates the key.
-        claimed: tuple[str, str] | None = g.pop("idempotency", None)
-
-        def create_key(connection: Connection) -> KeyRecord:
-            now = utcnow()
-            record = insert_key(
-                connection, user_id=principal.user_id, name=data.name,
-                rate_limit_rpm=data.rate_limit_rpm, spend_limit=spend_limit,
-                spend_period=data.spend_period, raw_key=raw_key,
-                max_keys=state.settings.max_keys_per_user, now=now)
-            if claimed is not None:
-                replay = json.dumps({"key": {**record.public(0, now), "raw_key": None}},
-                                    separators=(",", ":")).encode()
-                idempotency.complete(connection, *claimed, idempotency.StoredResponse(
-                    201, replay, "application/json"))
-            return record
-
-        record = await service.db.write(create_key)
-        body = record.public(0, utcnow())
-        return json_response({"key": {**body, "raw_key": raw_key}}, 201)
-
-    @blueprint.get("/me/api-keys")
-    @validate_querystring(PageQuery)
-    @document_response(KeyListResponse, 200)
-    async def list_keys(query_args: PageQuery) -> Response:
-        """The caller's active keys, newest first, a page at a time."""
-        principal = require_user()
-        before = _decode_cursor(query_args.cursor) if query_args.cursor else None
-        limit = min(query_args.limit, PAGE_MAX)
-        records = await service.db.read(list_active, principal.user_id, before, limit + 1)
-        page = records[:limit]
-        next_cursor = _encode_cursor(page[-1].id) if len(records) > limit else None
-        return json_response({"keys": await _public(keys_state(service), page),
-                              "nextCursor": next_cursor})
-
-    @blueprint.patch("/me/api-keys/<int:key_id>")
-    @validate_request(PatchKey)
-    @document_response(KeyResponse, 200)
-    async def patch(key_id: int, data: PatchKey) -> Response:
-        """Change the fields passed; a new ``spend_period`` starts again from 0."""
-        principal = require_user()
-        state = keys_state(service)
-        passed = data.model_fields_set
-        for field in ("name", "rate_limit_rpm", "spend_period"):
-            if field in passed and getattr(data, field) is None:
-                raise _invalid(field, "must not be null")
-        _check_rpm(state, data.rate_limit_rpm)
-        changes: dict[str, Any] = {field: getattr(data, field) for field in
-                                   ("name", "rate_limit_rpm", "spend_period") if field in passed}
-        if "spend_limit_flow" in passed:
-            changes["spend_limit"] = await _spend_limit()
-        record = await service.db.write(
-            update_limits, principal.user_id, key_id, changes, utcnow())
-        if record is None:
-            raise NotFound(f"you have no active API key {key_id}")
-        await announce_change(state.directory, service.shared, key_id)
-        return json_response({"key": (await _public(state, [record]))[0]})
-
-    @blueprint.delete("/me/api-keys/<int:key_id>")
-    async def delete(key_id: int) -> Response:
-        """Revoke the key (204); it answers 401 from then on, everywhere."""
-        principal = require_user()
-        record = await service.db.write(revoke, principal.user_id, key_id, utcnow())
-        if record is None:
-            raise NotFound(f"you have no active API key {key_id}")
-        await announce_change(keys_state(service).directory, service.shared, key_id)
-        return Response("", status=204)
-
-    @blueprint.get("/me/api-keys/<int:key_id>/usage")
-    @validate_querystring(UsageQuery)
-    @document_response(UsageResponse, 200)
-    async def usage(key_id: int, query_args: UsageQuery) -> Response:
-        """Totals of the key's usage log since the start of this day, week or month, or all."""
-        record = await owned(key_id)
-        now = utcnow()
-        start = since_time(query_args.since, now)
-        totals = await service.db.read(summary, record.id, start)
-        return json_response({"usage": {
-            "key_id": str(record.id), "since": query_args.since,
-            "from": None if start is None else iso(start), "to": iso(now), **totals}})
-
-    @blueprint.get("/me/api-keys/<int:key_id>/recent")
-    @validate_querystring(RecentQuery)
-    @document_response(RecentResponse, 200)
-    async def recent_calls(key_id: int, query_args: RecentQuery) -> Response:
-        """The key's newest calls, newest first; ``limit`` is clamped to 200."""
-        record = await owned(key_id)
-        limit = min(query_args.limit or keys_state(service).settings.recent_default_limit,
-                    RECENT_MAX)
-        return json_response({"calls": await service.db.read(recent, record.id, limit)})
-
-    return blueprint
+    record = await service.db.write(create_key)
+    body = record.public(0, utcnow())
+    return json_response({"key": {**body, "raw_key": raw_key}}, 201)
 
 
+@blueprint.get("/me/api-keys")
+@validate_querystring(PageQuery)
+@document_response(KeyListResponse, 200)
+async def list_keys(query_args: PageQuery) -> Response:
+    """The caller's active keys, newest first, a page at a time."""
+    service = current_service()
+    principal = require_user()
+    before = _decode_cursor(query_args.cursor) if query_args.cursor else None
+    limit = min(query_args.limit, PAGE_MAX)
+    records = await service.db.read(list_active, principal.user_id, before, limit + 1)
+    page = records[:limit]
+    next_cursor = _encode_cursor(page[-1].id) if len(records) > limit else None
+    return json_response({"keys": await _public(service.state(KEYS), page),
+                          "nextCursor": next_cursor})
+
+
+@blueprint.patch("/me/api-keys/<int:key_id>")
+@validate_request(PatchKey)
+@document_response(KeyResponse, 200)
+async def patch(key_id: int, data: PatchKey) -> Response:
+    """Change the fields passed; a new ``spend_period`` starts again from 0."""
+    service = current_service()
+    principal = require_user()
+    state = service.state(KEYS)
+    passed = data.model_fields_set
+    for field in ("name", "rate_limit_rpm", "spend_period"):
+        if field in passed and getattr(data, field) is None:
+            raise _invalid(field, "must not be null")
+    _check_rpm(state, data.rate_limit_rpm)
+    changes: dict[str, Any] = {field: getattr(data, field) for field in
+                               ("name", "rate_limit_rpm", "spend_period") if field in passed}
+    if "spend_limit_flow" in passed:
+        changes["spend_limit"] = await _spend_limit()
+    record = await service.db.write(update_limits, principal.user_id, key_id, changes, utcnow())
+    if record is None:
+        raise NotFound(f"you have no active API key {key_id}")
+    await announce_change(state.directory, service.shared, key_id)
+    return json_response({"key": (await _public(state, [record]))[0]})
+
+
+@blueprint.delete("/me/api-keys/<int:key_id>")
+async def delete(key_id: int) -> Response:
+    """Revoke the key (204); it answers 401 from then on, everywhere."""
+    service = current_service()
+    principal = require_user()
+    record = await service.db.write(revoke, principal.user_id, key_id, utcnow())
+    if record is None:
+        raise NotFound(f"you have no active API key {key_id}")
+    await announce_change(service.state(KEYS).directory, service.shared, key_id)
+    return Response("", status=204)
+
+
+@blueprint.get("/me/api-keys/<int:key_id>/usage")
+@validate_querystring(UsageQuery)
+@document_response(UsageResponse, 200)
+async def usage(key_id: int, query_args: UsageQuery) -> Response:
+    """Totals of the key's usage log since the start of this day, week or month, or all."""
+    record = await _owned(key_id)
+    now = utcnow()
+    start = since_time(query_args.since, now)
+    totals = await current_service().db.read(summary, record.id, start)
+    return json_response({"usage": {
+        "key_id": str(record.id), "since": query_args.since,
+        "from": None if start is None else iso(start), "to": iso(now), **totals}})
+
+
+@blueprint.get("/me/api-keys/<int:key_id>/recent")
+@validate_querystring(RecentQuery)
+@document_response(RecentResponse, 200)
+async def recent_calls(key_id: int, query_args: RecentQuery) -> Response:
+    """The key's newest calls, newest first; ``limit`` is clamped to 200."""
+    service = current_service()
+    record = await _owned(key_id)
+    limit = min(query_args.limit or service.state(KEYS).settings.recent_default_limit,
+                RECENT_MAX)
+    return json_response({"calls": await service.db.read(recent, record.id, limit)})

@@ -1,8 +1,8 @@
-"""Runs of marketplace agents on a caller's brief, through the projects plugin's runner.
+"""Runs of marketplace agents on a caller's brief, through the agent-runs contract.
 
-A run is started with the projects plugin's documented ``start_run`` (the same runner,
-run queue and SSE event log as project runs) on an event stream of its own,
-``agent-run-<hex>``, and a workspace of its own under the projects' workspace root. Its
+A run is started through ``runtime.contracts.runs.AGENT_RUNS`` (the projects plugin's
+runner, run queue and SSE event log, as for project runs) on an event stream of its own,
+``agent-run-<hex>``, and a workspace of its own, ``agent-runs/<hex>``. Its
 ``before_tool_call`` bills each call: the tool's price (fixed when the run starts, see
 ``access.terms_of_use``) is charged to the caller's API key through ``keys.meter`` and
 then credited to the agent's owner. When the key's spend cap is reached the charge is
@@ -15,7 +15,6 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, update
@@ -26,26 +25,14 @@ from plugins.marketplace.charges import charge_key
 from plugins.marketplace.errors import TemplateUnknown
 from plugins.marketplace.ledger import Earning, credit, register_run
 from plugins.marketplace.tables import agents, runs
-from plugins.projects.runs import RunRequest, start_run
-from plugins.projects.settings import ProjectsSettings
 from runtime.agents import AgentTemplate
-from runtime.errors import Unavailable
+from runtime.contracts.runs import AGENT_RUNS, RunInfo, RunSpec
 from runtime.wire import as_utc, format_flow, iso
 
 if TYPE_CHECKING:
     from runtime.service import Service
 
 RUN_WORKSPACES = "agent-runs"
-
-
-def projects_settings(service: Service) -> ProjectsSettings:
-    """The projects plugin's settings (its workspaces, its stream).
-
-    :raises Unavailable: the projects plugin, which runs agents, is not enabled.
-    """
-    if "projects" not in service.settings.plugins.enabled:
-        raise Unavailable("runs of agents need the projects plugin, which is not enabled")
-    return service.plugin_settings("projects", ProjectsSettings)
 
 
 def agent_template(service: Service, agent: Agent) -> AgentTemplate:
@@ -110,10 +97,9 @@ async def start_agent_run(service: Service, terms: Terms, brief: str, key_id: in
 
     :return: the run id.
     :raises TemplateUnknown: the agent's template is gone.
-    :raises Unavailable: the projects plugin is not enabled, or its run queue not running.
+    :raises Unavailable: the run queue is not running.
     """
     agent = terms.agent
-    projects = projects_settings(service)
     token = secrets.token_hex(10)
     stream = f"agent-run-{token}"
     billing = CallBilling(service, terms, key_id)
@@ -124,16 +110,11 @@ async def start_agent_run(service: Service, terms: Terms, brief: str, key_id: in
                      user_id=terms.user_id, key_id=key_id, prices=terms.prices,
                      counted=terms.user_id != agent.owner_id)
 
-    request = RunRequest(
+    spec = RunSpec(
         owner_id=terms.user_id, template=agent_template(service, agent), brief=brief,
-        workspace=Path(projects.workspaces(service.settings.service.var_dir))
-        / RUN_WORKSPACES / token,
-        # No project slug: tools would build /projects/<slug>/files/... URLs from it, which
-        # could name somebody's project; an agent run's files are not served (yet).
-        stream=stream, project={"title": agent.name},
+        stream=stream, workspace=f"{RUN_WORKSPACES}/{token}", title=agent.name,
         before_tool_call=billing, key_id=key_id)
-    run_id: str = await start_run(service, request, prepare=prepare)
-    return run_id
+    return await service.contract(AGENT_RUNS).start(spec, prepare=prepare)
 
 
 def stream_url(service: Service, run_id: str) -> str:
@@ -155,8 +136,8 @@ class AgentRun:
     prices: dict[str, int]
     started_at: datetime
 
-    def public(self, service: Service, progress: dict[str, Any] | None) -> dict[str, Any]:
-        """The run on the wire; ``progress`` is the projects' view of it (status, times)."""
+    def public(self, service: Service, progress: RunInfo | None) -> dict[str, Any]:
+        """The run on the wire; ``progress`` is the engine's record of it (status, times)."""
         body: dict[str, Any] = {
             "runId": self.run_id, "agentSlug": self.agent_slug,
             "toolPrices": price_list(self.prices), "toolCalls": self.tool_calls,
@@ -164,8 +145,8 @@ class AgentRun:
             "startedAt": iso(self.started_at),
             "streamUrl": stream_url(service, self.run_id)}
         if progress is not None:
-            body.update(status=progress["status"], reason=progress["reason"],
-                        endedAt=progress["endedAt"])
+            body.update(status=progress.status, reason=progress.reason,
+                        endedAt=iso(progress.ended_at) if progress.ended_at else None)
         return body
 
 

@@ -1,17 +1,17 @@
 """Charging FLOW to a caller's API key through the keys plugin's meter.
 
 Paid use of an agent (per-call tool prices, subscriptions) is billed to the API key the
-caller used, through the ``keys.meter`` actor's documented ``Charge`` message: the charge
-counts in the key's period spend (so ``X-FLOW-Period-Used``, spend caps and 402 apply to
-it) and in the key's usage log under the model name ``agent:<slug>``.
+caller used, through the meter contract (``runtime.contracts.meter``): the charge counts
+in the key's period spend (so ``X-FLOW-Period-Used``, spend caps and 402 apply to it) and
+in the key's usage log under the model name ``agent:<slug>``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plugins.keys.meter import METER_ACTOR, Charge
 from plugins.marketplace.errors import ApiKeyRequired
+from runtime.contracts.meter import METER_ACTOR, Charge
 from runtime.principal import Principal
 
 if TYPE_CHECKING:

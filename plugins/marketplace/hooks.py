@@ -23,6 +23,13 @@ flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
 
 
 @hookimpl
+def flowsvc_requires() -> list[str]:
+    """Runs of agents and agents made from projects use the projects plugin's contracts;
+    paid use is charged through the keys plugin's meter."""
+    return ["projects", "keys"]
+
+
+@hookimpl
 def flowsvc_webhook_events() -> list[EventType]:
     return [AGENT_PUBLISHED]
 

@@ -26,7 +26,7 @@ from plugins.marketplace.errors import ToolUnknown
 from plugins.marketplace.monetization import Monetization
 from plugins.marketplace.ranking import close_entries, micros, open_entries, scores_of
 from plugins.marketplace.tables import agents
-from runtime.events import EventType, emit_event
+from runtime.events import EventType
 from runtime.wire import iso, utcnow
 
 if TYPE_CHECKING:
@@ -82,9 +82,9 @@ def publish(service: Service, connection: Connection, slug: str, user_id: int,
         row = connection.execute(agents.select().where(agents.c.id == agent.id)).one()
         open_entries(connection, agent.id, scores_of(row), micros(now))
     agent = _reloaded(connection, slug)
-    emit_event(service, connection, user_id=agent.owner_id, name=AGENT_PUBLISHED.name,
-               data={"slug": agent.slug, "marketplace_meta": marketplace_meta(
-                   service, agent, first_listing)})
+    service.emit_event(connection, user_id=agent.owner_id, name=AGENT_PUBLISHED.name,
+                       data={"slug": agent.slug, "marketplace_meta": marketplace_meta(
+                           service, agent, first_listing)})
     return agent
 
 

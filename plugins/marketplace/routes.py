@@ -47,9 +47,10 @@ from plugins.marketplace.publication import (
 )
 from plugins.marketplace.ranking import decode_cursor, list_page, now_us
 from plugins.marketplace.settings import MarketplaceSettings
+from runtime.context import current_principal, require_user
+from runtime.contracts.projects import PROJECTS
 from runtime.errors import InvalidRequest
 from runtime.http import json_response
-from runtime.principal import current_principal, require_user
 from runtime.service import Service
 from runtime.wire import format_flow, parse_flow, utcnow
 
@@ -116,8 +117,8 @@ def build_blueprint(service: Service) -> Blueprint:
         draft = AgentDraft(name=data.name or "", description=data.description or "",
                            agent_template="", tags=tuple(data.tags), slug=data.slug,
                            monetization=monetization, premium=data.premium)
-        agent = await service.db.write(create_from_project, data.projectSlug,
-                                       principal.user_id, draft)
+        agent = await service.db.write(create_from_project, service.contract(PROJECTS),
+                                       data.projectSlug, principal.user_id, draft)
         return json_response({"agent": agent_detail(agent, principal.user_id)}, 201)
 
     @blueprint.post("/agents/<slug>/publish")

@@ -1,7 +1,7 @@
 """Routes for using agents: subscriptions to agents and runs of published agents.
 
-Runs go through the projects plugin (its runner, run queue and event stream), so these
-routes need the ``projects`` plugin enabled with ``marketplace``.
+Runs go through the agent-runs contract (``runtime.contracts.runs``, the projects
+plugin's runner, run queue and event stream).
 """
 
 from __future__ import annotations
@@ -11,13 +11,7 @@ from quart_schema import document_response, validate_request
 from sqlalchemy import Connection
 
 from plugins.marketplace.access import check_premium, terms_of_use
-from plugins.marketplace.agent_runs import (
-    AgentRun,
-    find_run,
-    projects_settings,
-    start_agent_run,
-    stream_url,
-)
+from plugins.marketplace.agent_runs import AgentRun, find_run, start_agent_run, stream_url
 from plugins.marketplace.catalog import Agent, load_agent, visible_agent
 from plugins.marketplace.charges import billing_key, charge_key
 from plugins.marketplace.errors import AgentNotFound
@@ -30,11 +24,10 @@ from plugins.marketplace.subscriptions import (
     start_period,
     user_subscriptions,
 )
-from plugins.projects.runstore import get_run
-from plugins.projects.sse import requested_last_event_id, stream_response
+from runtime.context import require_user
+from runtime.contracts.runs import AGENT_RUNS
 from runtime.errors import NotFound
 from runtime.http import json_response
-from runtime.principal import require_user
 from runtime.service import Service
 from runtime.wire import utcnow
 
@@ -110,14 +103,14 @@ def build_usage_blueprint(service: Service) -> Blueprint:
     async def run_view(run_id: str) -> Response:
         """A run the caller started: its status, tool calls and what it was charged."""
         found = await own_run(run_id)
-        record = await service.db.read(get_run, run_id)
-        return json_response({"run": found.public(service, record.public() if record else None)})
+        record = await service.contract(AGENT_RUNS).get(run_id)
+        return json_response({"run": found.public(service, record)})
 
     @blueprint.get("/agent-runs/<run_id>/stream")
     async def run_stream(run_id: str) -> Response:
         """The run's events (``text/event-stream``, as a project's stream; caller only)."""
         found = await own_run(run_id)
-        return await stream_response(service, projects_settings(service), found.stream,
-                                     requested_last_event_id(), run_id)
+        return await service.contract(AGENT_RUNS).stream_response(found.stream,
+                                                                  latest_run_id=run_id)
 
     return blueprint

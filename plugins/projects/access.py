@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from plugins.projects.errors import PrivateForbidden
 from plugins.projects.store import Project, get_project
+from runtime.context import current_principal, require_user
 from runtime.errors import Forbidden, NotFound
-from runtime.principal import Principal, current_principal, require_user
+from runtime.principal import Principal
 from runtime.service import Service
 
 

@@ -18,13 +18,14 @@ has read or written for ``idle_seconds``.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from plugins.projects import eventlog
 from plugins.projects.eventlog import StreamEvent
-from runtime.actors import ActorSpec, Mailbox
+from runtime.actors import ActorSpec, Mailbox, Request
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.broadcaster")
@@ -173,6 +174,22 @@ class Subscription:
         await changed.wait()
 
 
+@dataclass(frozen=True)
+class Subscribe(Request["tuple[Subscription, str | None]"]):
+    """Message: a reader's subscription from ``last_event_id`` (without one, from the first
+    event of ``latest_run_id``), and the lost-events header value if any."""
+
+    last_event_id: str | None
+    latest_run_id: str | None
+
+
+@dataclass(frozen=True)
+class Append:
+    """Message (cast): committed events of the stream, in order."""
+
+    events: list[StreamEvent]
+
+
 def broadcaster_name(stream: str) -> str:
     return f"projects.stream.{stream}"
 
@@ -181,10 +198,8 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
                      idle_seconds: float, heartbeat_seconds: float) -> ActorSpec:
     """The broadcaster actor of ``stream``, owning ``ring``.
 
-    Messages: ``("subscribe", last_event_id | None, latest_run_id | None) ->
-    (Subscription, lost_header | None)``
-    and ``("append", [StreamEvent, ...])`` (a cast; duplicates are skipped, gaps filled
-    from the database). Every ``heartbeat_seconds`` it beats the ring. It is
+    Messages: ``Subscribe`` and ``Append`` (a cast; duplicates are skipped, gaps filled from
+    the database). Every ``heartbeat_seconds`` it beats the ring. It is
     ``temporary``: when it ends or crashes, its ring is closed and readers reconnect to a
     fresh one.
     """
@@ -200,13 +215,16 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
             ring.append(event)
         ring.wake()
 
-    async def handle(message: tuple[Any, ...]) -> Any:
-        if message[0] == "append":
-            await append(message[1])
-            return None
-        cursor, lost = ring.start_cursor(message[1], message[2])
-        ring.touched = trio.current_time()
-        return Subscription(ring, cursor, max_lag), lost
+    async def handle(message: object) -> tuple[Subscription, str | None] | None:
+        match message:
+            case Append(events):
+                await append(events)
+                return None
+            case Subscribe(last_event_id, latest_run_id):
+                cursor, lost = ring.start_cursor(last_event_id, latest_run_id)
+                ring.touched = trio.current_time()
+                return Subscription(ring, cursor, max_lag), lost
+        raise TypeError(f"{broadcaster_name(stream)} does not understand {message!r}")
 
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:

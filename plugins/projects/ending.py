@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from plugins.projects.runstore import RunRecord, end_run
 from plugins.projects.store import get_project_by_id, set_project_status
-from runtime.events import EventType, emit_event
+from runtime.events import EventType
 from runtime.service import Service
 
 PROJECT_COMPLETED = "project.completed"
@@ -64,10 +64,11 @@ def record_end(service: Service, connection: Connection, run_id: str,
     set_project_status(connection, project.id, ending.status)
     url = artifact_url(service.settings.service.public_url, project.slug, ending.sha)
     if ending.status == "completed":
-        emit_event(service, connection, user_id=project.owner_id, name=PROJECT_COMPLETED,
-                   data={"slug": project.slug, "artifact_url": url, "run_id": run.id,
-                         "sha": ending.sha})
+        service.emit_event(connection, user_id=project.owner_id, name=PROJECT_COMPLETED,
+                           data={"slug": project.slug, "artifact_url": url, "run_id": run.id,
+                                 "sha": ending.sha})
     elif ending.status == "failed":
-        emit_event(service, connection, user_id=project.owner_id, name=PROJECT_FAILED,
-                   data={"slug": project.slug, "reason": ending.reason, "run_id": run.id})
+        service.emit_event(connection, user_id=project.owner_id, name=PROJECT_FAILED,
+                           data={"slug": project.slug, "reason": ending.reason,
+                                 "run_id": run.id})
     return Ended(run, project.slug, url)

@@ -15,12 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coredis import PureToken
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from plugins.projects.tables import stream_events, stream_heads
-from runtime.shared import RedisSharedState
+from runtime.shared import RedisAccess, StreamEntry
 from runtime.wire import utcnow
 
 log = logging.getLogger("flowsvc.projects.eventlog")
@@ -111,32 +110,30 @@ def events_between(connection: Connection, stream: str, after: int, upto: int
     return _events(rows)
 
 
-def redis_key(shared: RedisSharedState, stream: str) -> str:
-    """The Redis Stream that mirrors ``stream``."""
-    return shared.key(f"projects:stream:{stream}")
+def redis_stream(stream: str) -> str:
+    """The logical name of the Redis Stream that mirrors ``stream``."""
+    return f"projects:stream:{stream}"
 
 
-async def mirror_to_redis(shared: RedisSharedState, stream: str,
-                          events: Sequence[StreamEvent], keep: int) -> None:
+async def mirror_to_redis(redis: RedisAccess, stream: str, events: Sequence[StreamEvent],
+                          keep: int) -> None:
     """Append committed events to the stream's Redis Stream, trimmed to about ``keep``.
 
     An entry the stream already holds (a repeated batch) is refused by Redis and skipped.
     Failures are logged, not raised: the database holds every event, and a process that
     misses an entry fills the gap from it when the next entry arrives.
     """
-    key = redis_key(shared, stream)
     try:
-        async with shared.client.pipeline(transaction=False, raise_on_error=False) as pipe:
-            for event in events:
-                pipe.xadd(key, {"run": event.run_id, "name": event.name, "data": event.data},
-                          identifier=f"0-{event.seq}", trim_strategy=PureToken.MAXLEN,
-                          trim_operator=PureToken.APPROXIMATELY, threshold=keep)
+        await redis.stream_add(redis_stream(stream), [
+            (f"0-{event.seq}", {"run": event.run_id, "name": event.name, "data": event.data})
+            for event in events], max_length=keep)
     except Exception:  # Redis down: the database still has the events
         log.warning("could not mirror %d events of %s to Redis", len(events), stream,
                     exc_info=True)
 
 
-def event_from_entry(identifier: str, fields: Mapping[str, str]) -> StreamEvent:
+def event_from_entry(entry: StreamEntry) -> StreamEvent:
     """The event of a Redis Stream entry written by :func:`mirror_to_redis`."""
-    return StreamEvent(int(identifier.partition("-")[2]), fields["run"], fields["name"],
+    fields = entry.fields
+    return StreamEvent(int(entry.identifier.partition("-")[2]), fields["run"], fields["name"],
                        fields["data"])

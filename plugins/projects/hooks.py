@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from quart import Blueprint
 
 from plugins.projects import tables
 from plugins.projects.ending import EVENT_TYPES
 from plugins.projects.notifier import notifier_spec, notify_later
+from plugins.projects.provided import EngineRuns, ProjectSources
 from plugins.projects.queue import queue_spec
 from plugins.projects.routes import build_blueprint
 from plugins.projects.settings import ProjectsSettings
@@ -19,9 +21,12 @@ from plugins.projects.tokens import TOKENS
 from plugins.projects.tools import builtin_tools
 from runtime.actors import ActorSpec
 from runtime.agents import AgentTemplate, Tool
-from runtime.cli import Command
+from runtime.contracts import Provision, provision
+from runtime.contracts.projects import PROJECTS
+from runtime.contracts.runs import AGENT_RUNS
 from runtime.events import EventType
 from runtime.hookspecs import hookimpl
+from runtime.hooktypes import Command
 from runtime.plugin_kit import standard_hooks
 from runtime.service import Service
 
@@ -35,6 +40,12 @@ flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
 
 
 @hookimpl
+def flowsvc_provides(service: Service) -> list[Provision[Any]]:
+    return [provision(AGENT_RUNS, EngineRuns(service, settings_of(service))),
+            provision(PROJECTS, ProjectSources())]
+
+
+@hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
     return [build_blueprint(service, settings_of(service))]
 
@@ -44,7 +55,7 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
     settings = settings_of(service)
     # Started in this order and stopped in reverse: the queue stops first, so the runs it
     # ends on the way out still reach the stream hub and the notifier.
-    return [hub_spec(service, settings), notifier_spec(service, settings),
+    return [hub_spec(service, settings), notifier_spec(service),
             queue_spec(service, settings, partial(notify_later, service))]
 
 

@@ -22,7 +22,6 @@ from plugins.projects.ending import Ended, RunEnding, record_end
 from plugins.projects.eventlog import StreamEvent
 from plugins.projects.streams import deliver_local
 from runtime.service import Service
-from runtime.shared import RedisSharedState
 
 log = logging.getLogger("flowsvc.projects.publisher")
 _MAX_QUEUED = 500
@@ -129,8 +128,9 @@ class RunPublisher:
                        ended: Ended | None) -> None:
         service = self._service
         await deliver_local(service, self._stream, events)
-        if isinstance(service.shared, RedisSharedState):
-            await eventlog.mirror_to_redis(service.shared, self._stream, events, self._keep)
+        if service.shared.redis is not None:
+            await eventlog.mirror_to_redis(service.shared.redis, self._stream, events,
+                                           self._keep)
         if self._notify is None or self._project_id is None:
             return
         for name, data in batch:

@@ -29,8 +29,8 @@ from plugins.projects.publisher import Notify
 from plugins.projects.runs import (
     QUEUE,
     Job,
-    Prepare,
     RunRequest,
+    SubmitRun,
     end_with,
     execute_run,
     publisher_for,
@@ -38,6 +38,7 @@ from plugins.projects.runs import (
 from plugins.projects.settings import ProjectsSettings
 from plugins.projects.store import set_project_status
 from runtime.actors import ActorSpec, Mailbox, serve_mailbox
+from runtime.contracts.runs import Prepare
 from runtime.errors import Unavailable
 from runtime.service import Service
 
@@ -188,12 +189,10 @@ class RunQueue:
         self.dispatch()
         return job.run_id
 
-    async def handle(self, message: tuple[Any, ...]) -> Any:
-        if message[0] == "submit":
-            return await self.submit(message[1], message[2], message[3])
-        if message[0] == "cancel":
-            return self.cancel(message[1])
-        return {"queued": len(self.backlog), "running": sorted(self.running)}
+    async def handle(self, message: object) -> str:
+        if not isinstance(message, SubmitRun):
+            raise TypeError(f"{QUEUE} does not understand {message!r}")
+        return await self.submit(message.request, message.prepare, message.priority)
 
     async def sweep(self, *, any_other_worker: bool) -> None:
         """End the live runs of processes that stopped without ending them."""
@@ -242,9 +241,8 @@ class RunQueue:
 def queue_spec(service: Service, settings: ProjectsSettings, notify: Notify) -> ActorSpec:
     """The run queue actor (``projects.queue``), and its gauge ``flowsvc_project_runs``.
 
-    Messages: ``("submit", RunRequest, prepare, priority) -> run_id``;
-    ``("cancel", run_id) -> bool`` (True when this process held the run);
-    ``("status",) -> {"queued": n, "running": [run ids]}``.
+    Message: ``SubmitRun`` (its reply is the run id). Cancellations arrive on the shared
+    ``projects.cancel`` channel instead, from whichever process took the request.
     """
     queue = RunQueue(service, settings, notify)
     try:

@@ -31,9 +31,9 @@ from plugins.projects.store import (
     unsubscribe,
 )
 from plugins.projects.tokens import SLUG_PATTERN, add_token_routes
+from runtime.context import require_user
 from runtime.errors import Conflict
 from runtime.http import json_response
-from runtime.principal import require_user
 from runtime.service import Service
 from runtime.users import get_user
 

@@ -16,29 +16,28 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
-from sqlalchemy import Connection
 
 from plugins.projects.backends import ModelBackend, OfflineBackend, OpenAIChatBackend
 from plugins.projects.ending import RunEnding
 from plugins.projects.publisher import Notify, RunPublisher
-from plugins.projects.runner import BeforeToolCall, run_agent
+from plugins.projects.runner import run_agent
 from plugins.projects.settings import ProjectsSettings
 from plugins.projects.workspace import Workspace
+from runtime.actors import Request
 from runtime.agents import AgentTemplate, Tool, ToolContext
+from runtime.contracts.runs import BeforeToolCall, Prepare
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.runs")
 QUEUE = "projects.queue"
 FINISH_SECONDS = 10.0
 STOPPED_REASON = "the service stopped during the run"
-
-Prepare = Callable[[Connection, str], None]
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,19 @@ class RunRequest:
     backend: ModelBackend | None = None
 
 
+@dataclass(frozen=True)
+class SubmitRun(Request[str]):
+    """Message to the run queue: record and queue ``request``; the reply is its run id.
+
+    :param prepare: called in the transaction that records the run (raising aborts it).
+    :param priority: see ``priority_of``.
+    """
+
+    request: RunRequest
+    prepare: Prepare | None
+    priority: int
+
+
 def priority_of(features: Mapping[str, bool]) -> int:
     """The queue priority of a user's run: 2 with ``dedicatedRuntime`` (its own slot),
     1 with ``priorityQueue`` (ahead of the rest), else 0."""
@@ -90,9 +102,8 @@ async def start_run(service: Service, request: RunRequest, *,
     :raises: whatever ``prepare`` raises.
     """
     priority = priority_of(await service.features(request.owner_id))
-    run_id: str = await service.registry.lookup(QUEUE).call(
-        ("submit", request, prepare, priority), timeout=30)
-    return run_id
+    return await service.registry.lookup(QUEUE).call(SubmitRun(request, prepare, priority),
+                                                      timeout=30)
 
 
 def make_backend(settings: ProjectsSettings, request: RunRequest) -> ModelBackend:

@@ -11,7 +11,7 @@ from runtime.config import Section
 
 
 class ProjectsSettings(Section):
-    """Agent runs, the run queue, the live stream and milestone notifications.
+    """Agent runs, the run queue and the live stream.
 
     ``docs/projects.md`` documents every key.
     """
@@ -34,12 +34,8 @@ class ProjectsSettings(Section):
     retry_ms: int = Field(3000, ge=0)
     subscriber_max_lag: int = Field(500, ge=1)
     stream_idle_seconds: float = Field(30.0, gt=0)
-    bot_api_base_url: str = "https://api.telegram.org"
-    bot_token: str = ""
-    notify_attempts: int = Field(4, ge=1, le=10)
-    notify_backoff_seconds: float = Field(0.5, ge=0)
 
-    @field_validator("model_base_url", "bot_api_base_url")
+    @field_validator("model_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
         if value and not value.startswith(("http://", "https://")):

@@ -26,10 +26,8 @@ from plugins.projects.errors import ProjectLocked, TokenNoMatch
 from plugins.projects.tables import projects, subscribers
 from plugins.projects.tokens import get_token
 from runtime.errors import Conflict, NotFound
-from runtime.users import users
 from runtime.wire import as_utc, iso, utcnow
 
-ACTIVE_STATUSES = ("idle", "queued", "running")
 END_STATUSES = ("completed", "failed", "cancelled")
 STARTABLE_STATUSES = ("idle", *END_STATUSES)
 _SLUG_ATTEMPTS = 5
@@ -204,11 +202,8 @@ def unsubscribe(connection: Connection, project_id: int, user_id: int) -> None:
                        .where(subscribers.c.user_id == user_id))
 
 
-def subscriber_chats(connection: Connection, project_id: int) -> list[int]:
-    """The messenger ids of the project's subscribers who have one linked."""
-    query = (select(users.c.messenger_id)
-             .join(subscribers, subscribers.c.user_id == users.c.id)
-             .where(subscribers.c.project_id == project_id)
-             .where(users.c.messenger_id.is_not(None))
-             .order_by(users.c.id))
-    return [int(chat) for chat in connection.execute(query).scalars()]
+def subscriber_ids(connection: Connection, project_id: int) -> list[int]:
+    """The users subscribed to the project's milestones."""
+    query = (select(subscribers.c.user_id).where(subscribers.c.project_id == project_id)
+             .order_by(subscribers.c.user_id))
+    return [int(user_id) for user_id in connection.execute(query).scalars()]

@@ -1,7 +1,7 @@
 """The stream hub: finds or starts a stream's broadcaster, and tails Redis for other processes.
 
-One hub actor per process (``projects.streams``). ``("open", stream)`` returns the address
-of the stream's broadcaster, starting it under the supervisor when none runs. With Redis,
+One hub actor per process (``projects.streams``). ``OpenStream(stream)`` returns the
+address of the stream's broadcaster, starting it under the supervisor when none runs. With Redis,
 the hub also runs one blocking ``XREAD`` over the Redis Streams of every broadcaster of
 this process, so events published by a run in another process reach readers here; a new
 broadcaster interrupts the read through a small wake-up stream of its own, so it is
@@ -12,29 +12,38 @@ from __future__ import annotations
 
 import logging
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import trio
-from coredis import PureToken
 
 from plugins.projects import eventlog
 from plugins.projects.broadcaster import (
+    Append,
     Ring,
+    Subscribe,
     Subscription,
     broadcaster_name,
     broadcaster_spec,
 )
 from plugins.projects.eventlog import StreamEvent
 from plugins.projects.settings import ProjectsSettings
-from runtime.actors import ActorSpec, Address, Mailbox, serve_mailbox
+from runtime.actors import ActorSpec, Address, Mailbox, Request, serve_mailbox
 from runtime.errors import Unavailable
 from runtime.service import Service
-from runtime.shared import RedisSharedState
+from runtime.shared import RedisAccess
 
 log = logging.getLogger("flowsvc.projects.streams")
 HUB = "projects.streams"
 _XREAD_BLOCK_MS = 5000
 _OPEN_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class OpenStream(Request[Address]):
+    """Message to the hub: the address of ``stream``'s broadcaster (started if need be)."""
+
+    stream: str
 
 
 async def subscribe(service: Service, stream: str, last_event_id: str | None,
@@ -48,11 +57,9 @@ async def subscribe(service: Service, stream: str, last_event_id: str | None,
     """
     hub = service.registry.lookup(HUB)
     for _ in range(_OPEN_ATTEMPTS):
-        address: Address = await hub.call(("open", stream))
+        address = await hub.call(OpenStream(stream))
         try:
-            result: tuple[Subscription, str | None] = await address.call(
-                ("subscribe", last_event_id, latest_run_id))
-            return result
+            return await address.call(Subscribe(last_event_id, latest_run_id))
         except Unavailable:
             continue  # it stopped for idleness as we arrived: the hub starts a fresh one
     raise Unavailable(f"the broadcaster of {stream} is unavailable")
@@ -64,16 +71,16 @@ async def deliver_local(service: Service, stream: str, events: list[StreamEvent]
     if address is None or not events:
         return
     try:
-        await address.cast(("append", events))
+        await address.cast(Append(events))
     except Unavailable:
         pass  # it just stopped; a new one loads these events from the database
 
 
 def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
-    """The hub actor. Message: ``("open", stream) -> Address`` of the stream's broadcaster."""
+    """The hub actor. Message: ``OpenStream`` (its reply is the broadcaster's address)."""
     rings: dict[str, Ring] = {}
-    redis = service.shared if isinstance(service.shared, RedisSharedState) else None
-    wake_key = redis.key(f"projects:wake:{secrets.token_hex(8)}") if redis else ""
+    redis = service.shared.redis
+    wake_stream = f"projects:wake:{secrets.token_hex(8)}"
 
     async def open_broadcaster(stream: str) -> Address:
         address = service.registry.get(broadcaster_name(stream))
@@ -88,38 +95,35 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
         if redis is not None:
             rings[stream] = ring  # the tail reads the Redis Stream of each open ring
             try:
-                await redis.client.xadd(wake_key, {"stream": stream},
-                                        trim_strategy=PureToken.MAXLEN, threshold=10)
+                await redis.stream_add(wake_stream, [("*", {"stream": stream})], max_length=10)
             except Exception:
                 log.warning("could not wake the Redis tail", exc_info=True)
         return address
 
-    async def tail(client: RedisSharedState) -> None:
+    async def tail(redis: RedisAccess) -> None:
         while True:
             for stream in [stream for stream, ring in rings.items() if ring.closed]:
                 del rings[stream]
-            keys = {eventlog.redis_key(client, stream): stream for stream in rings}
+            keys = {eventlog.redis_stream(stream): stream for stream in rings}
             positions: dict[str, str] = {key: f"0-{rings[stream].last_seq}"
                                          for key, stream in keys.items()}
-            positions[wake_key] = "$"
+            positions[wake_stream] = "$"
             try:
-                reply = await client.client.xread(positions, count=1000,
-                                                  block=_XREAD_BLOCK_MS)
+                reply = await redis.stream_read(positions, count=1000, block_ms=_XREAD_BLOCK_MS)
             except Exception:
                 log.warning("reading the Redis streams failed; retrying", exc_info=True)
                 await trio.sleep(1)
                 continue
-            for key, entries in (reply or {}).items():
-                stream_of_key = keys.get(str(key))
+            for key, entries in reply.items():
+                stream_of_key = keys.get(key)
                 if stream_of_key is not None:
                     await deliver_local(service, stream_of_key, [
-                        eventlog.event_from_entry(
-                            str(entry.identifier),
-                            {str(name): str(value) for name, value in entry.field_values.items()})
-                        for entry in entries])
+                        eventlog.event_from_entry(entry) for entry in entries])
 
-    async def handle(message: tuple[Any, ...]) -> Address:
-        return await open_broadcaster(message[1])
+    async def handle(message: object) -> Address:
+        if not isinstance(message, OpenStream):
+            raise TypeError(f"{HUB} does not understand {message!r}")
+        return await open_broadcaster(message.stream)
 
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:

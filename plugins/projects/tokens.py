@@ -21,10 +21,10 @@ from sqlalchemy.exc import IntegrityError
 
 from plugins.projects.guards import caller_first
 from plugins.projects.tables import tokens
-from runtime.cli import Command
+from runtime.context import require_internal
 from runtime.errors import Conflict, InvalidRequest, NotFound
+from runtime.hooktypes import Command
 from runtime.http import json_response
-from runtime.principal import require_internal
 from runtime.service import Service
 from runtime.wire import as_utc, iso, utcnow
 

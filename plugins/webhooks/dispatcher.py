@@ -11,7 +11,7 @@ finished attempts in batches, one transaction each (``outbox.settle``); until th
 stays leased, so claiming and settling overlap without a delivery being claimed twice.
 
 Owns: the HTTP client and its connection pool, the slot counts, and the leases it holds, which
-it gives back when it stops (a crash loses nothing either: leases expire). Messages: ``"wake"``
+it gives back when it stops (a crash loses nothing either: leases expire). Message: ``Wake``
 (cast by ``wake_dispatcher`` after a commit) makes it look for due deliveries at once.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import Counter
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -54,12 +55,17 @@ PURGE_INTERVAL_SECONDS = 3600.0
 DB_RETRY_SECONDS = 1.0
 
 
+@dataclass(frozen=True)
+class Wake:
+    """Message (cast): deliveries may be due; look for them now."""
+
+
 def wake_dispatcher(service: Service) -> None:
     """Tell this process's dispatcher that deliveries may be due (after a commit). Dropping
     the wake-up when the mailbox is full or the actor is not running is fine: it polls."""
     address = service.registry.get(DISPATCHER)
     if address is not None:
-        address.try_cast("wake")
+        address.try_cast(Wake())
 
 
 class DispatcherMetrics:
@@ -95,7 +101,9 @@ class _Dispatcher:
             settings.max_concurrency)
 
     async def listen(self, mailbox: Mailbox) -> None:
-        async for _envelope in mailbox:
+        async for envelope in mailbox:
+            if not isinstance(envelope.message, Wake):
+                raise TypeError(f"{DISPATCHER} does not understand {envelope.message!r}")
             self.wake.set()
 
     async def claim_loop(self, nursery: trio.Nursery) -> None:

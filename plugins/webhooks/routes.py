@@ -35,9 +35,9 @@ from plugins.webhooks.subscriptions import (
     rotate_secret,
 )
 from plugins.webhooks.urlguard import UnsafeUrlError, UrlPolicy, normalize_host, resolve_and_check
+from runtime.context import require_user
 from runtime.errors import InvalidRequest
 from runtime.http import json_response
-from runtime.principal import require_user
 from runtime.service import Service
 from runtime.wire import utcnow
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from plugins.auth.settings import AuthSettings
+from runtime.bootstrap import open_service
 from runtime.config import ConfigError, Settings, load_settings
-from runtime.service import open_service
 from tests.support.server import ROOT
 
 SECRETS = {"FLOWSVC_JWT_SECRET": "j" * 40, "FLOWSVC_INTERNAL_TOKEN": "i" * 40}

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, select
 
+from runtime.bootstrap import open_service
 from runtime.config import ConfigError
-from runtime.events import OutboundEvent, emit_event, emit_event_now
-from runtime.service import Service, open_service
+from runtime.events import OutboundEvent
+from runtime.service import Service
 from runtime.users import users
+from tests.support.events import emit_now
 from tests.support.server import make_settings, settings_env
 from tests.support.testkit_plugin import EVENT
 from tests.support.testkit_plugin import MODULE as TESTKIT
@@ -49,7 +51,7 @@ async def test_the_catalogue_has_the_declared_events(service: Service) -> None:
 
 async def test_an_event_is_written_in_the_transaction_of_its_cause(service: Service) -> None:
     def cause(connection: Connection) -> OutboundEvent:
-        return emit_event(service, connection, user_id=7, name=EVENT, data={"amount": "1.500000"})
+        return service.emit_event(connection, user_id=7, name=EVENT, data={"amount": "1.500000"})
 
     event = await service.db.write(cause)
     assert re.fullmatch(r"evt_[0-9a-f]{32}", event.id)
@@ -63,7 +65,7 @@ async def test_an_event_rolls_back_with_its_cause(service: Service) -> None:
     emitted: list[OutboundEvent] = []
 
     def cause_then_fail(connection: Connection) -> None:
-        emitted.append(emit_event(service, connection, user_id=7, name=EVENT, data={}))
+        emitted.append(service.emit_event(connection, user_id=7, name=EVENT, data={}))
         raise RuntimeError("the cause fails after the event")
 
     with pytest.raises(RuntimeError):
@@ -74,15 +76,15 @@ async def test_an_event_rolls_back_with_its_cause(service: Service) -> None:
 
 async def test_an_undeclared_event_is_a_programming_error(service: Service) -> None:
     with pytest.raises(ValueError, match="'nobody.declared' is not declared"):
-        await service.db.write(lambda connection: emit_event(
-            service, connection, user_id=1, name="nobody.declared", data={}))
+        await service.db.write(lambda connection: service.emit_event(
+            connection, user_id=1, name="nobody.declared", data={}))
     assert await service.db.read(_event_users) == []
 
 
 async def test_emit_event_now_is_durable_when_it_returns(service: Service) -> None:
-    event = await emit_event_now(service, user_id=3, name=EVENT, data={"n": 1})
+    event = await emit_now(service, user_id=3, name=EVENT, data={"n": 1})
     assert await service.db.read(_event_users) == [f"event:{event.id}"]
-    second = await emit_event_now(service, user_id=3, name=EVENT, data={"n": 2})
+    second = await emit_now(service, user_id=3, name=EVENT, data={"n": 2})
     assert second.id != event.id
 
 

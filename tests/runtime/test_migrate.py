@@ -15,11 +15,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from runtime.bootstrap import open_service
 from runtime.config import Settings
 from runtime.migrate import upgrade
 from runtime.plugins import BUILTIN, available_plugins
-from runtime.service import Service, open_service
-from runtime.storage import metadata_of
+from runtime.service import Service
+from tests.support.schema import combined_metadata
 from tests.support.server import ROOT, make_settings, settings_env
 
 ALL_BUILTIN = [name for name in BUILTIN if name in available_plugins()]
@@ -45,7 +46,7 @@ def _schema(service: Service) -> tuple[set[str], set[str]]:
 def _drift(service: Service) -> list[Any]:
     with service.db.engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        return list(compare_metadata(context, metadata_of(service.metadata())))
+        return list(compare_metadata(context, combined_metadata(service.metadata())))
 
 
 @pytest.mark.parametrize("plugins", [[], ["auth"], ALL_BUILTIN],
@@ -53,7 +54,7 @@ def _drift(service: Service) -> list[Any]:
 async def test_migrate_creates_every_enabled_plugins_tables_without_drift(
         tmp_path: Path, database_url: str, plugins: list[str]) -> None:
     async with open_service(_settings(tmp_path, database_url, plugins), migrate=True) as service:
-        declared = set(metadata_of(service.metadata()).tables)
+        declared = set(combined_metadata(service.metadata()).tables)
         assert {"users", "idempotency_keys"} <= declared
         assert ("auth_nonces" in declared) == ("auth" in plugins)
         tables, versions = _schema(service)

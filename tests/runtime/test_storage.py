@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from runtime.errors import Unavailable
-from runtime.storage import Database, after_commit, metadata_of, normalize_url
+from runtime.storage import Database, after_commit, normalize_url
 from tests.support.server import free_port
 
 metadata = MetaData()
@@ -178,10 +178,3 @@ def test_postgresql_urls_use_psycopg_3() -> None:
 def test_dialect_names_the_backend(db: Database) -> None:
     assert db.dialect in {"sqlite", "postgresql"}
     assert db.dialect == ("sqlite" if db.url.startswith("sqlite") else "postgresql")
-
-
-def test_metadata_of_combines_every_plugin() -> None:
-    other = MetaData()
-    Table("others", other, Column("id", Integer, primary_key=True))
-    combined = metadata_of([metadata, other])
-    assert sorted(combined.tables) == ["counters", "notes", "others"]

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import trio
 
-from runtime.service import open_service
+from runtime.bootstrap import open_service
 from tests.support.backends import redis_prefix
 from tests.support.processes import server_process
 from tests.support.server import make_settings, settings_env

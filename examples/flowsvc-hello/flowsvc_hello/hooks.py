@@ -1,23 +1,44 @@
-"""Hook implementations of the example plugin."""
+"""Hook implementations of the example plugin.
+
+It shows the three things most plugins do: settings (``[plugins.hello] greeting``), an
+actor that owns state (``hello.counter``, reached by address with a typed message) and
+routes. ``POST /hello/<name>/tip`` also uses a contract of another plugin: it charges the
+caller's API key through the keys plugin's meter (``runtime.contracts.meter``), so the
+plugin names ``keys`` in ``flowsvc_requires``.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 from quart import Blueprint, Response
 
-from runtime.actors import ActorSpec, Mailbox, serve_mailbox
+from runtime.actors import ActorSpec, Mailbox, Request, serve_mailbox
 from runtime.config import Section
+from runtime.context import require_user
+from runtime.contracts.meter import METER_ACTOR, Charge
+from runtime.errors import Unauthenticated
 from runtime.hookspecs import hookimpl
-from runtime.http import json_response
-from runtime.service import PluginConfig, Service
+from runtime.hooktypes import PluginConfig
+from runtime.http import current_service, json_response
+from runtime.service import Service
+from runtime.wire import format_flow
 
 COUNTER = "hello.counter"
+TIP_MICRO_FLOW = 10_000  # 0.01 FLOW
 
 
 class HelloSettings(Section):
     greeting: str = "hello"
+
+
+@dataclass(frozen=True)
+class Greet(Request[int]):
+    """Message to ``hello.counter``: count one greeting; the reply is the count so far."""
+
+    name: str
 
 
 @hookimpl
@@ -26,13 +47,20 @@ def flowsvc_plugin_config() -> PluginConfig:
 
 
 @hookimpl
+def flowsvc_requires() -> list[str]:
+    return ["keys"]
+
+
+@hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
     async def counter(mailbox: Mailbox, *,
                       task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         greeted = 0
 
-        async def handle(name: str) -> int:
+        async def handle(message: object) -> int:
             nonlocal greeted
+            if not isinstance(message, Greet):
+                raise TypeError(f"{COUNTER} does not understand {message!r}")
             greeted += 1
             return greeted
 
@@ -42,14 +70,30 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
     return [ActorSpec(name=COUNTER, run=counter)]
 
 
+blueprint = Blueprint("hello", __name__)
+
+
+@blueprint.get("/hello/<name>")
+async def hello(name: str) -> Response:
+    """Greet ``name`` and say how many greetings this process has made."""
+    service = current_service()
+    greeting = service.plugin_settings("hello", HelloSettings).greeting
+    count = await service.registry.lookup(COUNTER).call(Greet(name))
+    return json_response({"message": f"{greeting}, {name}", "count": count})
+
+
+@blueprint.post("/hello/<name>/tip")
+async def tip(name: str) -> Response:
+    """Tip ``name`` 0.01 FLOW, charged to the caller's API key (402 past its spend cap)."""
+    principal = require_user()
+    if principal.key_id is None:
+        raise Unauthenticated("tips are charged to an API key: call with x-api-key")
+    charged = await current_service().registry.lookup(METER_ACTOR).call(
+        Charge(key_id=principal.key_id, micro_flow=TIP_MICRO_FLOW, model=f"hello:{name}"[:64]))
+    return json_response({"tipped": name, "chargedFlow": format_flow(charged.micro_flow),
+                          "periodUsedFlow": format_flow(charged.period_used)})
+
+
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    blueprint = Blueprint("hello", __name__)
-    greeting = service.plugin_settings("hello", HelloSettings).greeting
-
-    @blueprint.get("/hello/<name>")
-    async def hello(name: str) -> Response:
-        count = await service.registry.lookup(COUNTER).call(name)
-        return json_response({"message": f"{greeting}, {name}", "count": count})
-
     return [blueprint]

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import trio
 
-from runtime.service import open_service
+from runtime.bootstrap import open_service
 from tests.support.auth import BOT_TOKEN, init_data
 from tests.support.backends import POSTGRES_URL, REDIS_URL, postgres_schema, redis_prefix
 from tests.support.processes import server_process

@@ -33,10 +33,10 @@ async def test_subscribers_hear_of_plan_commits_and_end(tmp_path: Path, database
                                                         nursery: trio.Nursery) -> None:
     bot = FakeBotApi(fail_first=2, fail_status=502)
     bot_url = await nursery.start(bot.serve)
-    env_extra = {"FLOWSVC_PLUGINS_AUTH_BOT_TOKEN": BOT_TOKEN}
-    async with serve_projects(tmp_path / "var", database_url, bot_token=BOT_TOKEN,
-                              bot_api_base_url=bot_url, notify_backoff_seconds="0.01",
-                              extra_env=env_extra) as running:
+    env_extra = {"FLOWSVC_PLUGINS_AUTH_BOT_TOKEN": BOT_TOKEN,
+                 "FLOWSVC_PLUGINS_AUTH_BOT_API_BASE_URL": bot_url,
+                 "FLOWSVC_PLUGINS_AUTH_BOT_SEND_BACKOFF_SECONDS": "0.01"}
+    async with serve_projects(tmp_path / "var", database_url, extra_env=env_extra) as running:
         async with token_owner(running, "news") as owner, client(running) as fan, \
                 client(running) as quitter:
             slug = (await new_project(owner, "news"))["slug"]

@@ -21,7 +21,7 @@ from sqlalchemy import update
 
 from plugins.webhooks.signing import SignatureError, verify_delivery
 from plugins.webhooks.tables import subscriptions
-from runtime.events import emit_event_now
+from tests.support.events import emit_now
 from tests.support.server import client, make_settings, running_server
 from tests.support.webhook_receiver import Received, Reply, running_receiver
 from tests.support.webhooks import signed_in, subscribe, wait_until_settled, webhook_env
@@ -60,7 +60,7 @@ async def test_a_delivery_is_the_envelope_signed_over_the_exact_bytes_sent(
             running_server(make_settings(env), env) as running, client(running) as http:
         user_id = await signed_in(http)
         webhook = await subscribe(http, receiver.url(), ["payment.received"])
-        event = await emit_event_now(running.service, user_id=user_id,
+        event = await emit_now(running.service, user_id=user_id,
                                      name="payment.received",
                                      data={"provider": "card", "amount_usd": Decimal("20"),
                                            "amount_flow": Decimal("12.5")})
@@ -111,7 +111,7 @@ async def test_a_receiver_failing_twice_gets_each_event_three_times_with_full_ji
         user_id = await signed_in(http)
         webhook = await subscribe(http, receiver.url())
         for _ in range(count):
-            await emit_event_now(running.service, user_id=user_id,
+            await emit_now(running.service, user_id=user_id,
                                  name="flow.balance.low",
                                  data={"balance": "0.500000", "threshold": "1.000000"})
         await receiver.wait_for(3 * count)
@@ -153,7 +153,7 @@ async def test_a_receiver_that_always_fails_gets_4_attempts_then_last_error(
             running_server(make_settings(env), env) as running, client(running) as http:
         user_id = await signed_in(http)
         webhook = await subscribe(http, receiver.url())
-        event = await emit_event_now(running.service, user_id=user_id,
+        event = await emit_now(running.service, user_id=user_id,
                                      name="payout.failed",
                                      data={"payout_id": "po_1", "amount_flow": "1.000000",
                                            "reason": "no route"})
@@ -183,7 +183,7 @@ async def test_a_delivery_that_breaks_the_sender_fails_alone_and_the_dispatcher_
         await running.service.db.write(lambda connection: connection.execute(
             update(subscriptions).where(subscriptions.c.id == int(broken["id"]))
             .values(secret="not-a-whsec-secret")))  # a corrupt row: signing raises
-        await emit_event_now(running.service, user_id=user_id, name="payout.sent", data={})
+        await emit_now(running.service, user_id=user_id, name="payout.sent", data={})
         [failed] = await wait_until_settled(http, broken["id"], 1)
         [delivered] = await wait_until_settled(http, healthy["id"], 1)
         await http.post(f"/me/webhooks/{healthy['id']}/test")

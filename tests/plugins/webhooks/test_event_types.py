@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.events import emit_event_now
+from tests.support.events import emit_now
 from tests.support.server import client, make_settings, running_server
 from tests.support.webhook_example_plugin import EXAMPLE_EVENT, PLUGIN_NAME, install_entry_point
 from tests.support.webhook_receiver import running_receiver
@@ -36,7 +36,7 @@ async def test_an_all_events_subscription_receives_a_type_registered_after_it_wa
         async with running_server(make_settings(after), after) as running, \
                 client(running, cookies=cookies) as http:
             catalogue_after = (await http.get("/me/webhooks/events")).json()["events"]
-            event = await emit_event_now(running.service, user_id=user_id,
+            event = await emit_now(running.service, user_id=user_id,
                                          name=EXAMPLE_EVENT, data={"widget": "w-1"})
             [request] = await everything.wait_for(1)
             history = await deliveries(http, only_payouts["id"])

@@ -28,10 +28,12 @@ from plugins.webhooks.subscriptions import (
     list_subscriptions,
 )
 from plugins.webhooks.tables import deliveries, events
-from runtime.events import OutboundEvent, emit_event, emit_event_now
-from runtime.service import Service, open_service
+from runtime.bootstrap import open_service
+from runtime.events import OutboundEvent
+from runtime.service import Service
 from runtime.users import create_user
 from runtime.wire import as_utc, utcnow
+from tests.support.events import emit_now
 from tests.support.server import make_settings
 from tests.support.webhooks import webhook_env
 
@@ -56,7 +58,7 @@ async def new_user(service: Service, *urls: tuple[str, list[str]]) -> int:
 
 async def emit(service: Service, user_id: int, count: int = 1, name: str = "payout.sent"
                ) -> list[str]:
-    return [(await emit_event_now(service, user_id=user_id, name=name, data={"n": index})).id
+    return [(await emit_now(service, user_id=user_id, name=name, data={"n": index})).id
             for index in range(count)]
 
 
@@ -86,13 +88,13 @@ async def test_an_event_fans_out_to_the_subscriptions_that_want_it_inside_the_em
     [sent] = await emit(service, user)
 
     def emit_then_fail(connection: Connection) -> None:
-        emit_event(service, connection, user_id=user, name="payout.failed", data={})
+        service.emit_event(connection, user_id=user, name="payout.failed", data={})
         raise RuntimeError("the change that caused the event fails")
 
     with pytest.raises(RuntimeError):
         await service.db.write(emit_then_fail)
     with pytest.raises(ValueError, match="decimals"):  # an amount it cannot send exactly
-        await emit_event_now(service, user_id=user, name="payout.failed",
+        await emit_now(service, user_id=user, name="payout.failed",
                              data={"amount_flow": Decimal("0.0000001")})
     rows = await service.db.read(lambda c: c.execute(
         select(deliveries.c.event_id, deliveries.c.subscription_id, deliveries.c.state,

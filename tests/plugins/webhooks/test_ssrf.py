@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.events import emit_event_now
+from tests.support.events import emit_now
 from tests.support.server import client, make_settings, running_server
 from tests.support.wallet import sign_in
 from tests.support.webhook_receiver import Reply, running_receiver
@@ -109,7 +109,7 @@ async def test_dns_rebound_to_loopback_after_creation_is_refused_at_delivery(
         host = "hooks.example.com"
         dns.answers[host] = [["93.184.215.14"], ["127.0.0.1"]]  # public, then rebound
         webhook = await subscribe(http, f"http://{host}:{receiver.port}/hook")
-        await emit_event_now(running.service, user_id=user_id, name="payout.sent",
+        await emit_now(running.service, user_id=user_id, name="payout.sent",
                              data={})
         [delivery] = await wait_until_settled(http, webhook["id"], 1)
         [listed] = (await http.get("/me/webhooks")).json()["webhooks"]
@@ -134,7 +134,7 @@ async def test_an_allowed_host_that_is_no_longer_allowed_is_refused_at_delivery(
             cookies = http.cookies
         async with running_server(make_settings(not_any_more), not_any_more) as running, \
                 client(running, cookies=cookies) as http:
-            await emit_event_now(running.service, user_id=user_id,
+            await emit_now(running.service, user_id=user_id,
                                  name="payout.sent", data={})
             [delivery] = await wait_until_settled(http, webhook["id"], 1)
 
@@ -154,7 +154,7 @@ async def test_the_connection_goes_to_the_vetted_address_without_a_second_lookup
         # A second lookup would answer 127.0.0.2, where nothing listens.
         dns.answers[host] = [["127.0.0.1"], ["127.0.0.1"], ["127.0.0.2"]]
         webhook = await subscribe(http, f"http://{host}:{receiver.port}/hook")
-        await emit_event_now(running.service, user_id=user_id, name="payout.sent",
+        await emit_now(running.service, user_id=user_id, name="payout.sent",
                              data={})
         [delivery] = await wait_until_settled(http, webhook["id"], 1)
 
@@ -177,7 +177,7 @@ async def test_redirects_are_not_followed_and_timeouts_and_lost_names_are_retrie
         dns.answers["gone.example.com"] = [["127.0.0.1"], []]
         hooks = [await subscribe(http, redirecting.url()), await subscribe(http, slow.url()),
                  await subscribe(http, f"http://gone.example.com:{target.port}/hook")]
-        await emit_event_now(running.service, user_id=user_id, name="payout.sent",
+        await emit_now(running.service, user_id=user_id, name="payout.sent",
                              data={})
         redirected, timed_out, lost = [
             (await wait_until_settled(http, hook["id"], 1))[0] for hook in hooks]

@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 
 from plugins.webhooks.signing import verify_delivery
 from plugins.webhooks.tables import events
-from runtime.events import emit_event_now
 from runtime.principal import SESSION_COOKIE
 from runtime.wire import iso
+from tests.support.events import emit_now
 from tests.support.server import client, make_settings, running_server
 from tests.support.wallet import sign_in
 from tests.support.webhook_receiver import Received, Reply, running_receiver
@@ -170,7 +170,7 @@ async def test_history_pages_and_redelivery_and_recovery_resend_failed_events(
         user_id = await signed_in(http)
         webhook = await subscribe(http, receiver.url())
         before = datetime.now(UTC) - timedelta(seconds=1)
-        emitted = [await emit_event_now(running.service, user_id=user_id,
+        emitted = [await emit_now(running.service, user_id=user_id,
                                         name="subscription.granted",
                                         data={"tier": "pro", "amount_flow": "0.000000"})
                    for _ in range(3)]
@@ -228,7 +228,7 @@ async def test_deleting_a_subscription_stops_its_pending_deliveries(
             running_server(make_settings(env), env) as running, client(running) as http:
         user_id = await signed_in(http)
         webhook = await subscribe(http, receiver.url())
-        await emit_event_now(running.service, user_id=user_id, name="payout.sent",
+        await emit_now(running.service, user_id=user_id, name="payout.sent",
                              data={"payout_id": "po_2", "amount_flow": "3.000000",
                                    "tx_hash": "0x" + "ab" * 32})
         await receiver.wait_for(1)
@@ -253,10 +253,10 @@ async def test_emitting_for_a_user_without_subscriptions_writes_nothing(
             running_server(make_settings(env), env) as running, client(running) as http:
         user_id = await signed_in(http)
         webhook = await subscribe(http, receiver.url(), ["payout.sent"])
-        await emit_event_now(running.service, user_id=user_id, name="payout.failed",
+        await emit_now(running.service, user_id=user_id, name="payout.failed",
                              data={"payout_id": "po_3", "amount_flow": "1.000000",
                                    "reason": "x"})
-        await emit_event_now(running.service, user_id=user_id + 1000,
+        await emit_now(running.service, user_id=user_id + 1000,
                              name="payout.sent", data={})
         await trio.sleep(0.3)
         history = await deliveries(http, webhook["id"])
