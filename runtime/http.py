@@ -34,6 +34,7 @@ from runtime.errors import (
     ServiceError,
     Unavailable,
 )
+from runtime.inputs import BoundedIntegerConverter, FlowsvcRequest
 from runtime.principal import SESSION_COOKIE, Credentials
 from runtime.service import Service, gather_hook
 from runtime.shared import SharedState
@@ -117,6 +118,8 @@ def _http_exception(exc: HTTPException) -> ServiceError:
 def create_app(service: Service) -> Quart:
     """The app for ``service``; mounts the blueprints of every enabled plugin."""
     app = QuartTrio("flowsvc")
+    app.request_class = FlowsvcRequest
+    app.url_map.converters["int"] = BoundedIntegerConverter
     app.extensions["flowsvc"] = service
     app.config["MAX_CONTENT_LENGTH"] = service.settings.service.max_body_bytes
     app.config["QUART_SCHEMA_CONVERT_CASING"] = False
@@ -141,6 +144,9 @@ def _install_pipeline(app: Quart, service: Service) -> None:
             incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex,
             time.perf_counter(), client_ip(settings.service.trusted_proxies))
         bind_context(context)
+        if "\x00" in request.path or b"%00" in request.query_string:
+            # Nothing can be named with a NUL, and PostgreSQL cannot even compare one.
+            raise InvalidRequest("the request path or query contains a NUL character")
         for principal in await gather_hook(service.pm.hook.flowsvc_authenticate,
                                            service=service, credentials=_credentials(),
                                            context=context):
@@ -255,8 +261,12 @@ def _install_probes(app: Quart, service: Service) -> None:
         supervisor = service.supervisor
         if supervisor is not None and supervisor.gave_up.is_set():
             ready = False
-        return json_response({"status": "ready" if ready else "unavailable", "checks": checks},
-                             200 if ready else 503)
+            checks["supervisor"] = {"ok": False, "error": supervisor.reason}
+        if ready:
+            return json_response({"status": "ready", "checks": checks})
+        down = ", ".join(name for name, check in checks.items() if not check["ok"])
+        body = Unavailable(f"not ready: {down}").body()
+        return json_response({**body, "status": "unavailable", "checks": checks}, 503)
 
     @app.get("/metrics")
     async def metrics() -> Response:

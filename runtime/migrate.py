@@ -4,6 +4,12 @@ Each plugin ships its revisions in its own folder (``flowsvc_migrations``), labe
 its name and depending on the core branch, so enabling a plugin later only adds its
 branch. ``flowsvc migrate`` and the embedded ``serve`` upgrade every head.
 
+A plugin switched off after its tables were made keeps its migration history: the
+revisions of every available plugin are known to Alembic, and only the enabled plugins'
+branches are upgraded, so the switched-off plugin's tables stay as they are until it is
+enabled again. A database holding revisions nobody can provide any more (an uninstalled
+third-party plugin) stops the start with a message naming the revision and what to do.
+
 Several replicas may start together with ``migrate_on_start``: upgrades are serialised
 (a lock in the process, because Alembic keeps the running command in module globals; a
 PostgreSQL advisory lock, or SQLite's write lock, between processes), so the first one
@@ -19,7 +25,12 @@ from typing import TYPE_CHECKING
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import text
+
+from runtime.config import ConfigError
+from runtime.plugins import disabled_plugin_migrations
 
 if TYPE_CHECKING:
     from runtime.service import Service
@@ -30,12 +41,14 @@ _ADVISORY_LOCK_CLASS = int.from_bytes(b"flow", "big") >> 1  # any fixed int4
 
 
 def alembic_config(service: Service) -> Config:
-    """An Alembic config for the service's database and enabled plugins (no alembic.ini)."""
+    """An Alembic config for the service's database and every available plugin's revisions
+    (no alembic.ini)."""
     config = Config()
     config.set_main_option("script_location", str(HERE))
     config.set_main_option("path_separator", "os")
     # The core's own revisions are plugin-provided too (runtime.core_hooks), like any branch.
-    folders = service.migration_folders()
+    folders = [*service.migration_folders(),
+               *disabled_plugin_migrations(service.settings.plugins.enabled)]
     config.set_main_option("version_locations", os.pathsep.join(str(f) for f in folders))
     config.set_main_option("sqlalchemy.url", service.db.url.replace("%", "%%"))
     return config
@@ -52,7 +65,21 @@ def upgrade_sync(service: Service) -> None:
                                     "hashtext(current_schema()))"),
                                {"class": _ADVISORY_LOCK_CLASS})
         config.attributes["connection"] = connection
-        command.upgrade(config, "heads")
+        enabled = {folder.resolve() for folder in service.migration_folders()}
+        # Each enabled folder is one branch, labelled by its first revision (core, auth, ...).
+        branches = sorted({label for script in ScriptDirectory.from_config(config)
+                           .walk_revisions() if Path(script.path).parent.resolve() in enabled
+                           for label in script.branch_labels})
+        try:
+            for branch in branches:
+                command.upgrade(config, f"{branch}@head")
+        except CommandError as exc:
+            if "Can't locate revision" not in str(exc):
+                raise
+            raise ConfigError(
+                f"the database was migrated by a plugin that is neither enabled nor installed "
+                f"now ({exc}); install and enable it again, or restore a database without it"
+            ) from None
 
 
 async def upgrade(service: Service) -> None:

@@ -24,6 +24,7 @@ import importlib.util
 import logging
 import os
 from importlib.metadata import entry_points
+from pathlib import Path
 from types import ModuleType
 
 import pluggy
@@ -103,6 +104,20 @@ def dependency_order(plugins: dict[str, list[str]]) -> list[str]:
     for name in plugins:
         visit(name)
     return ordered
+
+
+def disabled_plugin_migrations(enabled: list[str]) -> list[Path]:
+    """The migration folders of the available plugins that are not enabled: their revisions
+    stay known, so a database they once migrated still upgrades (``runtime.migrate``)."""
+    folders = []
+    for name in available_plugins():
+        if name in enabled:
+            continue
+        declare = getattr(_load(name), "flowsvc_migrations", None)
+        folder = declare() if declare is not None else None
+        if folder is not None:
+            folders.append(folder)
+    return folders
 
 
 def get_plugin_manager(enabled: list[str]) -> pluggy.PluginManager:

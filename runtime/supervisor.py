@@ -5,6 +5,14 @@ after an exponential backoff; when more than ``max_restarts`` restarts happen wi
 ``within_seconds`` the supervisor gives up: it records why, sets ``gave_up`` and the
 service shuts down cleanly. It never restarts anything on its own initiative beyond
 that, and it never swallows ``trio.Cancelled``.
+
+**Outages are not crashes.** An actor that ends with an exception saying a dependency is
+down (``runtime.errors.is_outage``: the database, Redis, a chain RPC or a provider is
+unavailable) is restarted with the same backoff, but the restart is not counted against
+the intensity: a database failover of any length must not stop the service. Actors are
+expected to wait out outages themselves (``runtime.follow``, retry loops); this is the
+safety net for the ones that let one escape. Any other exception is a bug, and the
+intensity is there to stop a crash loop.
 """
 
 from __future__ import annotations
@@ -12,13 +20,13 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
 from runtime.actors import ActorSpec, Address, Mailbox, Registry, open_mailbox
 from runtime.config import SupervisorSettings
-from runtime.errors import Unavailable
+from runtime.errors import Unavailable, is_outage
 from runtime.metrics import Metrics
 
 log = logging.getLogger("flowsvc.supervisor")
@@ -100,13 +108,14 @@ class Supervisor:
             with child.scope:
                 while True:
                     began = trio.current_time()
-                    crashed = await self._run_once(child, status)
+                    ending = await self._run_once(child, status)
                     status = None
                     if child.scope.cancel_called:  # being stopped: it ended as it was told
                         return
-                    if spec.restart == "temporary" or (spec.restart == "transient" and not crashed):
+                    if spec.restart == "temporary" or (spec.restart == "transient"
+                                                       and ending == "returned"):
                         return
-                    if not self._note_restart(spec.name):
+                    if not self._note_restart(spec.name, counted=ending == "crashed"):
                         return
                     if trio.current_time() - began > self._settings.within_seconds:
                         # A long healthy run: this crash is news, not part of a crash loop.
@@ -127,8 +136,8 @@ class Supervisor:
             self._registry.unregister(name)
             self._metrics.mailbox_depth.remove(name)
 
-    async def _run_once(self, child: _Child, status: _StartStatus | None) -> bool:
-        """Run the actor once; True when it crashed, False when it returned.
+    async def _run_once(self, child: _Child, status: _StartStatus | None) -> _Ending:
+        """Run the actor once; how it ended.
 
         ``status`` is given on the first run only: a crash before ``started()`` is a
         boot failure and propagates to whoever called ``start``.
@@ -138,32 +147,49 @@ class Supervisor:
                 await child.spec.run(child.mailbox)
             else:
                 await child.spec.run(child.mailbox, task_status=status)
-        except Exception:
+        except Exception as exc:
             if status is not None and not status.called:
                 raise
-            log.exception("actor %s crashed", child.spec.name)
+            name = child.spec.name
+            if _outage(exc):
+                log.warning("actor %s stopped: a dependency is unavailable (%s)", name,
+                            type(exc).__name__)
+            else:
+                log.exception("actor %s crashed", name)
             # The cause is in the log; callers (and HTTP clients) only learn that it crashed.
-            child.mailbox.fail_current(Unavailable(f"actor {child.spec.name} crashed"))
-            return True
-        return False
+            child.mailbox.fail_current(Unavailable(f"actor {name} crashed"))
+            return "outage" if _outage(exc) else "crashed"
+        return "returned"
 
-    def _note_restart(self, name: str) -> bool:
-        """Count a restart; False (and give up) past the restart intensity."""
-        now = trio.current_time()
-        self._restarts.append(now)
-        while self._restarts and now - self._restarts[0] > self._settings.within_seconds:
-            self._restarts.popleft()
-        if len(self._restarts) > self._settings.max_restarts:
-            self.reason = (
-                f"actor {name} crashed: more than {self._settings.max_restarts} restarts "
-                f"within {self._settings.within_seconds:g} s"
-            )
-            log.error("supervisor gives up: %s", self.reason)
-            self.gave_up.set()
-            return False
+    def _note_restart(self, name: str, *, counted: bool) -> bool:
+        """Note a restart; False (and give up) past the restart intensity. A restart after
+        an outage is not ``counted``: it never exhausts the intensity."""
+        if counted:
+            now = trio.current_time()
+            self._restarts.append(now)
+            while self._restarts and now - self._restarts[0] > self._settings.within_seconds:
+                self._restarts.popleft()
+            if len(self._restarts) > self._settings.max_restarts:
+                self.reason = (
+                    f"actor {name} crashed: more than {self._settings.max_restarts} restarts "
+                    f"within {self._settings.within_seconds:g} s"
+                )
+                log.error("supervisor gives up: %s", self.reason)
+                self.gave_up.set()
+                return False
         log.warning("restarting actor %s", name)
         self._metrics.actor_restarts.labels(actor=name).inc()
         return True
+
+
+_Ending = Literal["returned", "crashed", "outage"]
+
+
+def _outage(error: BaseException) -> bool:
+    """An outage, alone or grouped by a nursery of the actor's own (every member one)."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(_outage(inner) for inner in error.exceptions)
+    return is_outage(error)
 
 
 class _StartStatus:

@@ -6,12 +6,17 @@ integers of micro-FLOW (10^-6) and written as decimal strings with exactly 6 dec
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from decimal import Decimal, Inexact, InvalidOperation, localcontext
 
 from runtime.errors import InvalidRequest
 
 MICRO = 1_000_000
+# Decimal()'s own grammar for finite numbers, in ASCII only: it also takes "1_000" and the
+# digits of every script ("١٢٣"), which no client means as an amount.
+_DECIMAL_STRING = re.compile(
+    r"\s*[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\s*", re.ASCII)
 
 
 def utcnow() -> datetime:
@@ -43,16 +48,22 @@ def format_flow(micro: int) -> str:
 def parse_flow(value: object, field: str, *, allow_negative: bool = False) -> int:
     """A FLOW amount from a decimal string (preferred) or a JSON number, in micro-FLOW.
 
+    A string holds ASCII digits with an optional point and minus sign, nothing else; a JSON
+    number is best read as a ``Decimal`` (``FlowsvcRequest.exact_json``), which keeps its
+    decimals exactly.
+
     :raises InvalidRequest: not a number, more than 6 decimals, negative, or 10^24 FLOW or more.
     """
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
+    if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal):
         raise _bad_amount(field, "must be a decimal string such as \"1.5\"")
     try:
-        amount = Decimal(str(value)) if not isinstance(value, str) else Decimal(value.strip())
+        amount = value if isinstance(value, Decimal) else Decimal(str(value).strip())
     except InvalidOperation:
         raise _bad_amount(field, "must be a decimal string such as \"1.5\"") from None
     if not amount.is_finite():
         raise _bad_amount(field, "must be a finite amount")
+    if isinstance(value, str) and not _DECIMAL_STRING.fullmatch(value):
+        raise _bad_amount(field, "must be a decimal string of ASCII digits such as \"1.5\"")
     if amount and amount.adjusted() >= 24:  # 10^24 FLOW is 10^30 micro-FLOW
         raise _bad_amount(field, "is too large")
     # The default 28 digits would round a large amount's 7th decimal away instead of

@@ -18,6 +18,8 @@ from urllib.parse import parse_qsl
 
 from plugins.auth.errors import TelegramInvalid
 
+CLOCK_SKEW_SECONDS = 60
+
 
 @dataclass(frozen=True)
 class MessengerIdentity:
@@ -49,12 +51,16 @@ def validate_init_data(init_data: str, bot_token: str, max_age_seconds: int,
                        now: float | None = None) -> MessengerIdentity:
     """The identity in ``init_data``.
 
-    :raises TelegramInvalid: no bot token is configured, the hash does not match, the
-        data is older than ``max_age_seconds`` or carries no user.
+    :raises TelegramInvalid: no bot token is configured, a field is repeated, the hash does
+        not match, the data is older than ``max_age_seconds`` or dated in the future, or it
+        carries no user.
     """
     if not bot_token:
         raise TelegramInvalid("messaging-platform login is not configured on this service")
-    fields = dict(parse_qsl(init_data, keep_blank_values=True))
+    pairs = parse_qsl(init_data, keep_blank_values=True)
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        raise TelegramInvalid("initData repeats a field")
     received = fields.get("hash", "")
     # Bytes, not str: compare_digest refuses non-ASCII strings with a TypeError.
     expected = init_data_hash(fields, bot_token).encode()
@@ -68,8 +74,11 @@ def validate_init_data(init_data: str, bot_token: str, max_age_seconds: int,
                                      last_name=_text(user.get("last_name")))
     except (KeyError, ValueError, TypeError):
         raise TelegramInvalid("initData has no valid user or auth_date") from None
-    if (now if now is not None else time.time()) - auth_date > max_age_seconds:
+    age = (now if now is not None else time.time()) - auth_date
+    if age > max_age_seconds:
         raise TelegramInvalid("initData is too old; open the app again")
+    if age < -CLOCK_SKEW_SECONDS:
+        raise TelegramInvalid("initData is dated in the future")
     return identity
 
 

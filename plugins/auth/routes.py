@@ -29,6 +29,7 @@ from plugins.auth.tables import nonces
 from runtime.context import current_context, current_principal, require_user
 from runtime.errors import InvalidRequest, Unauthenticated
 from runtime.http import current_service, json_response
+from runtime.inputs import Body
 from runtime.service import Service
 from runtime.users import User, get_user
 from runtime.wire import iso, utcnow
@@ -36,7 +37,7 @@ from runtime.wire import iso, utcnow
 ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
 
 
-class NonceRequest(BaseModel):
+class NonceRequest(Body):
     address: str = Field(pattern=ADDRESS_PATTERN, description="EVM address, 0x-prefixed")
 
 
@@ -46,7 +47,7 @@ class NonceResponse(BaseModel):
     expiresAt: str
 
 
-class VerifyRequest(BaseModel):
+class VerifyRequest(Body):
     address: str = Field(pattern=ADDRESS_PATTERN)
     message: str = Field(min_length=1, max_length=4096)
     # Any hex is accepted here: one that is not a 65-byte signature of the message by
@@ -54,11 +55,11 @@ class VerifyRequest(BaseModel):
     signature: str = Field(pattern=r"^(0x)?[0-9a-fA-F]+$", max_length=1024)
 
 
-class MessengerRequest(BaseModel):
+class MessengerRequest(Body):
     initData: str = Field(min_length=1, max_length=8192)
 
 
-class AccessCodeRequest(BaseModel):
+class AccessCodeRequest(Body):
     code: str = Field(min_length=1, max_length=128)
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from quart import Blueprint, Response, request
@@ -34,18 +33,19 @@ from runtime import idempotency
 from runtime.context import current_context, require_user
 from runtime.errors import InvalidRequest, NotFound
 from runtime.http import current_service, json_response
+from runtime.inputs import FlowsvcRequest, Label
 from runtime.wire import iso, parse_flow, utcnow
 
 MAX_SPEND_LIMIT = 10**15  # micro-FLOW: 10^9 FLOW, far below 2^53 so Redis' Lua numbers stay exact
 DEFAULT_RATE_LIMIT_RPM = 60
 PAGE_DEFAULT, PAGE_MAX, RECENT_MAX = 20, 100, 200
-NAME = Field(min_length=1, max_length=64, pattern=r"\S")
+NAME = Field(min_length=1, max_length=64)
 FlowAmount = str | int | float | None
 
 
 class CreateKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = NAME
+    name: Label = NAME
     rate_limit_rpm: StrictInt = Field(DEFAULT_RATE_LIMIT_RPM, ge=0)
     spend_limit_flow: FlowAmount = Field(None, description="decimal string; omitted: no cap")
     spend_period: SpendPeriod = "month"
@@ -53,7 +53,7 @@ class CreateKey(BaseModel):
 
 class PatchKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"\S")
+    name: Label | None = Field(None, min_length=1, max_length=64)
     rate_limit_rpm: StrictInt | None = Field(None, ge=0)
     spend_limit_flow: FlowAmount = Field(None, description="decimal string; null: no cap")
     spend_period: SpendPeriod | None = None
@@ -115,9 +115,8 @@ class RecentResponse(BaseModel):
 async def _exact_field(name: str) -> Any:
     """A body field parsed without floats: JSON numbers come as ``Decimal``, so an amount
     with more than 6 decimals is refused instead of rounded."""
-    body = json.loads(await request.get_data(as_text=True), parse_float=Decimal)
-    value = body.get(name) if isinstance(body, dict) else None
-    return str(value) if isinstance(value, Decimal) else value
+    body = await cast(FlowsvcRequest, request).exact_json()
+    return body.get(name) if isinstance(body, dict) else None
 
 
 async def _spend_limit() -> int | None:
@@ -146,9 +145,10 @@ def _encode_cursor(key_id: int) -> str:
 def _decode_cursor(cursor: str) -> int:
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if text.startswith("k") and text[1:].isdigit():
+        if text.startswith("k") and text[1:].isascii() and text[1:].isdigit() \
+                and len(text) < 24:
             return int(text[1:])
-    except (binascii.Error, UnicodeDecodeError):
+    except (binascii.Error, ValueError):  # non-ASCII text is a ValueError
         pass
     raise _invalid("cursor", "is not a cursor this endpoint returned")
 

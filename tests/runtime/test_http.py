@@ -198,8 +198,10 @@ async def test_readyz_is_503_when_a_check_fails(tmp_path: Path) -> None:
         alive = await http.get("/healthz")
     gc.collect()  # here, under this test's filter, not in a later test
     assert ready.status_code == 503
-    assert ready.json() == {"status": "unavailable", "checks": {
-        "database": {"ok": True}, "redis": {"ok": False, "error": "redis is unavailable"}}}
+    assert ready.json() == {
+        "error": {"code": "unavailable", "message": "not ready: redis"},
+        "status": "unavailable", "checks": {
+            "database": {"ok": True}, "redis": {"ok": False, "error": "redis is unavailable"}}}
     assert alive.status_code == 200  # alive, just not ready
 
 

@@ -16,7 +16,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from runtime.bootstrap import open_service
-from runtime.config import Settings
+from runtime.config import ConfigError, Settings
 from runtime.migrate import upgrade
 from runtime.plugins import BUILTIN, available_plugins
 from runtime.service import Service
@@ -109,3 +109,29 @@ async def test_services_in_one_process_migrating_at_once(tmp_path: Path,
             for service in (one, two, three):
                 nursery.start_soon(upgrade, service)
         assert _drift(one) == []
+
+
+async def test_switching_a_migrated_plugin_off_keeps_its_tables_and_starts(
+        tmp_path: Path, database_url: str) -> None:
+    async with open_service(_settings(tmp_path, database_url, ["auth", "keys"]),
+                            migrate=True) as service:
+        with_keys, _ = _schema(service)
+    async with open_service(_settings(tmp_path, database_url, ["auth"]),
+                            migrate=True) as service:
+        tables, versions = _schema(service)
+        assert tables == with_keys  # the keys tables stay, untouched
+        assert "keys" in {version.split("_")[0] for version in versions}
+    async with open_service(_settings(tmp_path, database_url, ["auth", "keys"]),
+                            migrate=True) as service:
+        assert _drift(service) == []  # and work again when it is switched back on
+
+
+async def test_revisions_of_a_plugin_nobody_provides_stop_the_start_clearly(
+        tmp_path: Path, database_url: str) -> None:
+    async with open_service(_settings(tmp_path, database_url, ["auth"]),
+                            migrate=True) as service:
+        await service.db.write(lambda connection: connection.execute(
+            text("INSERT INTO alembic_version (version_num) VALUES ('gone_0001')")))
+    with pytest.raises(ConfigError, match="neither enabled nor installed.*gone_0001"):
+        async with open_service(_settings(tmp_path, database_url, ["auth"]), migrate=True):
+            pass

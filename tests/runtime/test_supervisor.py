@@ -292,3 +292,49 @@ async def test_stopping_is_not_a_crash_or_a_restart(clock: MockClock,
         await trio.sleep(10)
         assert _restarts(metrics, "echo") == 0
     assert not [record for record in caplog.records if "echo" in record.getMessage()]
+
+
+@pytest.mark.parametrize("outage", [
+    Unavailable("the database is unavailable"), OSError("connection refused"),
+    ExceptionGroup("grouped", [Unavailable("redis is unavailable"), OSError("reset")])],
+    ids=["unavailable", "oserror", "group"])
+async def test_an_outage_of_any_length_never_exhausts_the_intensity(
+        clock: MockClock, outage: BaseException) -> None:
+    starts: list[float] = []
+    up = trio.Event()
+
+    async def waiting(mailbox: Mailbox, *,
+                      task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        starts.append(trio.current_time())
+        task_status.started()
+        if len(starts) <= 50:  # the dependency is down for a while, then comes back
+            raise outage
+        up.set()
+        await trio.sleep_forever()
+
+    async with supervising() as (supervisor, _, metrics):
+        await supervisor.start(ActorSpec(name="dependent", run=waiting))
+        with trio.fail_after(600):
+            await up.wait()
+        assert not supervisor.gave_up.is_set()  # 50 outage restarts, intensity 3 in 10 s
+        assert _restarts(metrics, "dependent") == 50
+        assert max(b - a for a, b in zip(starts, starts[1:], strict=False)) == pytest.approx(0.5)
+
+
+async def test_a_bug_after_outages_still_counts_against_the_intensity(clock: MockClock) -> None:
+    starts: list[float] = []
+
+    async def broken(mailbox: Mailbox, *,
+                     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        starts.append(trio.current_time())
+        task_status.started()
+        if len(starts) <= 10:
+            raise Unavailable("the database is unavailable")
+        raise KeyError("a bug")
+
+    async with supervising() as (supervisor, _, _metrics):
+        await supervisor.start(ActorSpec(name="buggy", run=broken))
+        with trio.fail_after(600):
+            await supervisor.gave_up.wait()
+        assert len(starts) == 10 + 4  # the outages, then the first run and 3 counted restarts
+        assert supervisor.reason == "actor buggy crashed: more than 3 restarts within 10 s"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 
@@ -75,6 +76,10 @@ async def test_bad_hash_stale_data_or_no_bot_token_get_telegram_invalid(
             "no hash": init_data(ALICE).split("&hash=")[0],
             "non-ascii hash": init_data(ALICE).split("&hash=")[0] + "&hash=%C3%A9",
             "stale": init_data(ALICE, auth_date=int(time.time()) - 120),
+            "future": init_data(ALICE, auth_date=int(time.time()) + 10 * 365 * 86400),
+            # The hash covers the last "user"; which one a reader takes would be a guess.
+            "repeated field": "user=" + quote('{"id":1,"first_name":"Mallory"}') + "&"
+                              + init_data(ALICE),
             "garbage": "this is not init data",
         }
         for name, data in cases.items():

@@ -1,0 +1,140 @@
+"""Hostile input never gets a 500: bodies, nesting, NULs, ids, text (runtime.inputs)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runtime.inputs import MAX_DEPTH, check_visible
+from runtime.server import Running
+from tests.support.keys import create_key
+from tests.support.server import client, make_settings, running_server, settings_env
+from tests.support.wallet import sign_in
+
+JSON = {"content-type": "application/json"}
+ADDRESS = "0x" + "ab" * 20
+
+
+@pytest.fixture
+async def running(tmp_path: Path, database_url: str) -> AsyncIterator[Running]:
+    env = settings_env(tmp_path / "var", database_url=database_url, plugins=["auth", "keys"],
+                       extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
+                              "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0"})
+    async with running_server(make_settings(env), env) as served:
+        yield served
+
+
+@pytest.fixture
+async def http(running: Running) -> AsyncIterator[httpx.AsyncClient]:
+    async with client(running) as session:
+        yield session
+
+
+def _assert_invalid(response: httpx.Response, words: str) -> None:
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert words in error["message"]
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (b'{"address": "\xff\xfe"}', "not valid UTF-8"),
+    ('{"address": "x"}'.encode("utf-16"), "without a byte order mark"),
+    ('{"address": "x"}'.encode("utf-16-le"), "without a byte order mark"),
+    (b'\xef\xbb\xbf{"address": "x"}', "without a byte order mark"),
+    (b"[" * 1000 + b"]" * 1000, "nested more than"),
+    (b'{"a":' * 70 + b"1" + b"}" * 70, "nested more than"),
+    (b'{"address": NaN}', "NaN"),
+    (b'{"address": -Infinity}', "-Infinity"),
+    (b'{"address": "0x\\u0000ab"}', "address contains a NUL character"),
+    (b'{"\\u0000": 1}', "a key of body contains a NUL character"),
+    (b'{"address": ', "not valid JSON"),
+], ids=["latin1", "utf16-bom", "utf16-no-bom", "utf8-bom", "deep-arrays", "deep-objects", "nan",
+        "infinity", "nul-value", "nul-key", "truncated"])
+async def test_a_body_the_service_cannot_read_is_a_400_before_anything_else(
+        http: httpx.AsyncClient, body: bytes, words: str) -> None:
+    _assert_invalid(await http.post("/auth/nonce", content=body, headers=JSON), words)
+
+
+async def test_a_body_at_the_nesting_limit_is_read(http: httpx.AsyncClient) -> None:
+    nested: object = ADDRESS
+    for _ in range(MAX_DEPTH - 1):
+        nested = [nested]
+    response = await http.post("/auth/nonce", json={"address": nested})
+    _assert_invalid(response, "address")  # refused by the schema, not by the reader
+
+
+async def test_nul_in_a_path_or_query_is_a_400(http: httpx.AsyncClient) -> None:
+    _assert_invalid(await http.get("/me/api-keys/1%00/usage"), "NUL")
+    _assert_invalid(await http.get("/me/api-keys?cursor=a%00b"), "NUL")
+
+
+async def test_an_id_that_cannot_exist_is_a_404(http: httpx.AsyncClient) -> None:
+    await sign_in(http)
+    for key_id in (2**63, 2**64 + 5, 10**40):
+        for method, path in (("PATCH", f"/me/api-keys/{key_id}"),
+                             ("DELETE", f"/me/api-keys/{key_id}"),
+                             ("GET", f"/me/api-keys/{key_id}/usage")):
+            response = await http.request(method, path, json={} if method == "PATCH" else None)
+            assert response.status_code == 404, (method, path, response.text)
+            assert response.json()["error"]["code"] == "not_found"
+    largest = await http.get(f"/me/api-keys/{2**63 - 1}/usage")
+    assert largest.status_code == 404 and "no API key" in largest.json()["error"]["message"]
+
+
+async def test_key_names_people_cannot_read_are_refused(http: httpx.AsyncClient) -> None:
+    await sign_in(http)
+    for name in ("\u200b\u200b", "\u3164", "admin\u202etxt.exe", "a\x07b", "\u2066x\u2069"):
+        response = await http.post("/me/api-keys", json={"name": name})
+        _assert_invalid(response, "name")
+        assert response.json()["error"]["details"][0]["field"] == "name"
+    assert (await create_key(http, name="Déploiement 🚀"))["name"] == "Déploiement 🚀"
+
+
+@pytest.mark.parametrize("value", ["١٢٣", "1_000", "１２", "٣.5", "0x10", "5.5.5"])
+async def test_spend_limits_take_plain_ascii_decimals_only(http: httpx.AsyncClient,
+                                                           value: str) -> None:
+    await sign_in(http)
+    response = await http.post("/me/api-keys", json={"name": "k", "spend_limit_flow": value})
+    _assert_invalid(response, "spend_limit_flow")
+
+
+async def test_a_cursor_that_is_not_ours_is_a_400(http: httpx.AsyncClient) -> None:
+    await sign_in(http)
+    for cursor in ("é", "\u0100\u0101", "%%%", "a" * 5000):
+        response = await http.get("/me/api-keys", params={"cursor": cursor})
+        _assert_invalid(response, "cursor")
+
+
+async def test_exact_amounts_keep_their_decimals(http: httpx.AsyncClient) -> None:
+    await sign_in(http)
+    body = b'{"name": "exact", "spend_limit_flow": 0.1234567}'
+    _assert_invalid(await http.post("/me/api-keys", content=body, headers=JSON), "6 decimals")
+    created = await http.post("/me/api-keys", content=json.dumps(
+        {"name": "exact", "spend_limit_flow": "12.5"}), headers=JSON)
+    assert created.json()["key"]["spend_limit_flow"] == "12.500000"
+
+
+@pytest.mark.parametrize(("value", "multiline", "ok"), [
+    ("Pizza bot", False, True), ("naïve café", False, True), ("日本語", False, True),
+    ("line\nbreak", True, True), ("line\nbreak", False, False), ("", False, False),
+    ("\u200d", False, False), ("\u2800\u2800", False, False), ("\u0301", False, False),
+    ("ok\u202e", True, False), ("x\x1b[31m", True, False),
+])
+def test_check_visible(value: str, multiline: bool, ok: bool) -> None:
+    if ok:
+        assert check_visible(value, multiline=multiline) == value
+    else:
+        with pytest.raises(ValueError):
+            check_visible(value, multiline=multiline)
+
+
+async def test_an_unknown_body_field_is_refused_by_name(http: httpx.AsyncClient) -> None:
+    response = await http.post("/auth/nonce", json={"address": ADDRESS, "adress": ADDRESS})
+    _assert_invalid(response, "adress")
+    assert response.json()["error"]["details"] == [
+        {"field": "adress", "message": "Extra inputs are not permitted"}]
