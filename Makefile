@@ -7,7 +7,7 @@ NODE_STAMP := node_modules/.installed
 export FLOWSVC_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 export FLOWSVC_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: serve test lint typecheck pytest bench clean wrk node_modules
+.PHONY: serve test lint typecheck pytest bench clean wrk node_modules contracts
 
 $(STAMP): pyproject.toml examples/flowsvc-hello/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ $(NODE_STAMP): package.json package-lock.json
 	touch $(NODE_STAMP)
 
 node_modules: $(NODE_STAMP)
+
+# Recompiles contracts/*.sol into the committed contracts/artifacts/.
+contracts: $(NODE_STAMP)
+	node contracts/build.js
 
 serve: $(STAMP)
 	$(BIN)/flowsvc serve
