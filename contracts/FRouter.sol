@@ -3,32 +3,25 @@ pragma solidity ^0.8.24;
 
 import {FPair} from "./FPair.sol";
 import {IERC20} from "./IERC20.sol";
+import {Owned} from "./Owned.sol";
 
 /// @title Creates bonding pairs and trades on them for its Bonding (constant product, no fee).
-/// @notice Traders approve the router, which pulls what they pay; only the Bonding that
-/// deployed it may trade, on the trader's behalf.
-contract FRouter {
-    address public immutable bonding;
+/// @notice Traders approve the router, which pulls what they pay; only its owner, the Bonding
+/// that deployed it, may trade, on the trader's behalf.
+contract FRouter is Owned {
     address public immutable assetToken;
     mapping(address => address) public getPair;
 
-    error NotBonding();
     error ZeroAmount();
     error TransferFailed();
 
-    modifier onlyBonding() {
-        if (msg.sender != bonding) revert NotBonding();
-        _;
-    }
-
     constructor(address asset) {
-        bonding = msg.sender;
         assetToken = asset;
     }
 
     function createPair(address token, uint256 tokenReserve, uint256 assetReserve)
         external
-        onlyBonding
+        onlyOwner
         returns (address pair)
     {
         pair = address(new FPair(token, assetToken, tokenReserve, assetReserve));
@@ -44,7 +37,7 @@ contract FRouter {
             : amountIn * assetReserve / (tokenReserve + amountIn);
     }
 
-    function buy(uint256 amountIn, address token, address to) external onlyBonding returns (uint256 amountOut) {
+    function buy(uint256 amountIn, address token, address to) external onlyOwner returns (uint256 amountOut) {
         if (amountIn == 0) revert ZeroAmount();
         FPair pair = FPair(getPair[token]);
         amountOut = getAmountsOut(token, assetToken, amountIn);
@@ -53,7 +46,7 @@ contract FRouter {
         pair.transferTo(to, amountOut);
     }
 
-    function sell(uint256 amountIn, address token, address to) external onlyBonding returns (uint256 amountOut) {
+    function sell(uint256 amountIn, address token, address to) external onlyOwner returns (uint256 amountOut) {
         if (amountIn == 0) revert ZeroAmount();
         FPair pair = FPair(getPair[token]);
         amountOut = getAmountsOut(token, token, amountIn);

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
+import {Owned} from "./Owned.sol";
+
 /// @title The placement tree of a FLOW protocol: three direct slots per node.
 /// @notice The protocol that deploys it is its only writer. A new user goes under its
 /// referrer when the referrer has a free slot, else under the first node with a free slot in
 /// a breadth-first walk of the referrer's subtree (children in slot order). Every ancestor's
 /// subtree size grows by one. The root is placed at deployment with depth 0.
-contract PhenomenalTree {
+contract PhenomenalTree is Owned {
     uint256 public constant SLOTS = 3;
 
     struct Node {
@@ -19,25 +21,17 @@ contract PhenomenalTree {
         address[3] children;
     }
 
-    address public immutable owner;
     address public immutable root;
     mapping(address => Node) private nodes;
 
     event UserPlaced(address indexed user, address indexed referrer, address indexed parent, uint256 depth);
     event ActiveUntilSet(address indexed user, uint256 activeUntil);
 
-    error NotOwner();
     error AlreadyPlaced();
     error UnknownReferrer();
     error NoSuchSlot();
 
-    modifier onlyOwner() {
-        if (msg.sender != owner) revert NotOwner();
-        _;
-    }
-
     constructor(address root_) {
-        owner = msg.sender;
         root = root_;
         nodes[root_].placed = true;
         emit UserPlaced(root_, address(0), address(0), 0);
