@@ -1,0 +1,6 @@
+"""A real EVM chain for the chain plugin's tests: anvil and our reference contracts.
+
+``anvil`` runs anvil processes; ``rpc`` is a JSON-RPC client; ``contracts`` loads the compiled
+artifacts of ``contracts/`` and sends signed transactions; ``deploy`` puts the whole stack on a
+chain; ``actions`` are what users and tests do on it (trades, time travel, reorgs).
+"""
