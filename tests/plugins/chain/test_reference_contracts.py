@@ -20,6 +20,7 @@ from tests.support.chain.actions import (
     buy_income_limit_with_gwt,
     claim_gwt,
     extend_tree,
+    fund_asset,
     increase_time,
     join,
     latest_block,
@@ -344,6 +345,7 @@ async def test_bonding_curve_moves_reserves_keeps_stale_prices_and_graduates(
     quote = await virtuals.router.call("getAmountsOut", virtuals.token.address,
                                        virtuals.asset.address, 1_000 * UNIT)
     assert quote == 1_000 * UNIT * BONDING_SUPPLY // (BONDING_VIRTUAL_LIQUIDITY + 1_000 * UNIT)
+    await fund_asset(virtuals, trader, 50_000 * UNIT)
     later = int((await latest_block(chain.rpc))["timestamp"], 16) + 100
     await set_next_timestamp(chain.rpc, later)
     receipt = await bonding_buy(virtuals, trader, 1_000 * UNIT)
@@ -354,6 +356,7 @@ async def test_bonding_curve_moves_reserves_keeps_stale_prices_and_graduates(
     assert await virtuals.pair.call("balance") == BONDING_SUPPLY - quote
     assert await virtuals.pair.call("assetBalance") == 1_000 * UNIT
     assert await virtuals.token.call("balanceOf", trader.address) == quote
+    asset_left = 49_000 * UNIT
     # Stale by design: the live price moved, the stored one did not; only lastUpdated did.
     stored = (await virtuals.bonding.call("tokenInfo", virtuals.token.address))[4]
     assert (stored[5], stored[11]) == (launch_price, later)
@@ -363,11 +366,12 @@ async def test_bonding_curve_moves_reserves_keeps_stale_prices_and_graduates(
     asset_out = quote // 2 * assets // (tokens + quote // 2)
     assert [event.args for event in virtuals.pair.events(receipt, "Swap")] == [
         {"amount0In": quote // 2, "amount0Out": 0, "amount1In": 0, "amount1Out": asset_out}]
-    assert await virtuals.asset.call("balanceOf", trader.address) == asset_out
+    assert await virtuals.asset.call("balanceOf", trader.address) == asset_left + asset_out
 
     # Enough asset to bring the token reserve down to the threshold: it graduates.
     tokens, assets = await virtuals.pair.call("getReserves")
     needed = -(-assets * (tokens - BONDING_GRAD_THRESHOLD) // BONDING_GRAD_THRESHOLD)
+    await fund_asset(virtuals, trader, needed)
     receipt = await bonding_buy(virtuals, trader, needed)
     assert (await virtuals.pair.call("getReserves"))[0] <= BONDING_GRAD_THRESHOLD
     [graduated] = virtuals.bonding.events(receipt, "Graduated")

@@ -82,10 +82,14 @@ async def user_state(dpnm: Dpnm, user: str) -> dict[str, Any]:
 # ---- bonding curve (virtuals)
 
 
-async def bonding_buy(virtuals: Virtuals, user: LocalAccount, asset_amount: int) -> Receipt:
-    """Mint ``asset_amount`` of the asset to ``user`` (open mint), approve the router, buy."""
-    await virtuals.asset.transact(user, "mint", user.address, asset_amount)
+async def fund_asset(virtuals: Virtuals, user: LocalAccount, amount: int) -> None:
+    """Mint ``amount`` of the bonding asset to ``user`` (its mint is open), approve the router."""
+    await virtuals.asset.transact(user, "mint", user.address, amount)
     await approve(virtuals.asset, user, virtuals.router.address)
+
+
+async def bonding_buy(virtuals: Virtuals, user: LocalAccount, asset_amount: int) -> Receipt:
+    """Buy the token for ``asset_amount`` of the asset (see ``fund_asset``)."""
     return await virtuals.bonding.transact(user, "buy", asset_amount, virtuals.token.address)
 
 
