@@ -59,7 +59,7 @@ class Anvil:
         return self.log.read().decode(errors="replace")
 
     def stop(self) -> str:
-        """SIGTERM (SIGKILL past ``STOP_TIMEOUT_SECONDS``); idempotent."""
+        """SIGTERM (SIGKILL past ``STOP_TIMEOUT_SECONDS``); call once: it closes the log."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -72,17 +72,16 @@ class Anvil:
         return output
 
 
-def start_anvil(chain_id: int = DEFAULT_CHAIN_ID, *, block_time: float | None = None,
-                extra: tuple[str, ...] = ()) -> Anvil:
+def start_anvil(chain_id: int = DEFAULT_CHAIN_ID, *, block_time: float | None = None
+                ) -> Anvil:
     """Start anvil on 127.0.0.1 and return once it answers ``eth_chainId`` with ``chain_id``.
 
     :param block_time: seconds between blocks (interval mining); default: a block per
         transaction (automine).
-    :param extra: more command-line arguments.
     :raises RuntimeError: it exited, or did not answer within ``START_TIMEOUT_SECONDS``.
     """
     argv = [str(anvil_binary()), "--host", "127.0.0.1", "--port", "0",
-            "--chain-id", str(chain_id), *extra]
+            "--chain-id", str(chain_id)]
     if block_time is not None:
         argv += ["--block-time", str(block_time)]
     # Append mode: anvil writes at the end even while we seek and read the shared file.
@@ -125,10 +124,10 @@ def _answers(anvil: Anvil) -> bool:
 
 
 @contextmanager
-def running_anvil(chain_id: int = DEFAULT_CHAIN_ID, *, block_time: float | None = None,
-                  extra: tuple[str, ...] = ()) -> Iterator[Anvil]:
+def running_anvil(chain_id: int = DEFAULT_CHAIN_ID, *, block_time: float | None = None
+                  ) -> Iterator[Anvil]:
     """``start_anvil`` for the block; stopped at its end (for sync, module-scoped fixtures)."""
-    anvil = start_anvil(chain_id, block_time=block_time, extra=extra)
+    anvil = start_anvil(chain_id, block_time=block_time)
     try:
         yield anvil
     finally:
@@ -136,11 +135,11 @@ def running_anvil(chain_id: int = DEFAULT_CHAIN_ID, *, block_time: float | None 
 
 
 @asynccontextmanager
-async def open_anvil(chain_id: int = DEFAULT_CHAIN_ID, *, block_time: float | None = None,
-                     extra: tuple[str, ...] = ()) -> AsyncIterator[Anvil]:
+async def open_anvil(chain_id: int = DEFAULT_CHAIN_ID, *, block_time: float | None = None
+                     ) -> AsyncIterator[Anvil]:
     """``running_anvil`` in a Trio test: start and stop run in worker threads."""
     anvil = await trio.to_thread.run_sync(
-        lambda: start_anvil(chain_id, block_time=block_time, extra=extra))
+        lambda: start_anvil(chain_id, block_time=block_time))
     try:
         yield anvil
     finally:

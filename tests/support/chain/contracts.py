@@ -211,11 +211,10 @@ class Chain:
         await self.rpc.call("anvil_setBalance", account.address, hex(wei))
         return account
 
-    async def deploy(self, name: str, *args: Any, sender: LocalAccount | None = None
-                     ) -> Contract:
-        """Deploy ``name`` with constructor ``args`` (from the dev account by default)."""
+    async def deploy(self, name: str, *args: Any) -> Contract:
+        """Deploy ``name`` with constructor ``args`` from the dev account."""
         data = artifact(name).bytecode + abi_of(name).encode_constructor(args).hex()
-        receipt = await self.send(sender or self.deployer, None, data)
+        receipt = await self.send(self.deployer, None, data)
         assert receipt.contract_address is not None, receipt
         return self.contract(name, receipt.contract_address)
 
