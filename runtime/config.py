@@ -51,6 +51,9 @@ class ServiceSettings(Section):
     trusted_proxies: list[str] = []
     cookie_secure: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # What this deployment is for. Tools that must never run for real users (a test clock,
+    # a generated development wallet) refuse to work in "production".
+    environment: Literal["production", "development", "test"] = "development"
 
     @field_validator("bind")
     @classmethod
