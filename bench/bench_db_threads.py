@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     results: dict[str, object] = {}
-    secrets = {"FLOWSVC_JWT_SECRET": "bench-secret", "FLOWSVC_INTERNAL_TOKEN": "bench-token"}
+    secrets = {"FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "j" * 32,
+               "FLOWSVC_INTERNAL_TOKEN": "bench-internal-token-" + "i" * 32}
     for name, url in (("sqlite", ""), ("postgres", POSTGRES_URL)):
         env = {"FLOWSVC_DATABASE_URL": url, **(secrets if url else {})}
         with flowsvc_server({**env, "FLOWSVC_SERVICE_DB_THREADS": "40"}) as wide, \

@@ -59,8 +59,8 @@ def _env(var_dir: str, redis_url: str, prefix: str) -> dict[str, str]:
         "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "1000000000",
         "FLOWSVC_PLUGINS_ENABLED": '["auth", "keys"]',
         # Outside the embedded default the two processes must share their secrets.
-        "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + prefix,
-        "FLOWSVC_INTERNAL_TOKEN": "bench-internal-token-" + prefix,
+        "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "j" * 32 + prefix,
+        "FLOWSVC_INTERNAL_TOKEN": "bench-internal-token-" + "i" * 32 + prefix,
     }
 
 

@@ -72,8 +72,8 @@ def service_env(var_dir: Path, database_url: str) -> dict[str, str]:
         "FLOWSVC_DATABASE_URL": database_url,
         "FLOWSVC_REDIS_URL": "",
         "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "x" * 32,
-        "FLOWSVC_INTERNAL_TOKEN": "bench-internal-token",
-        "FLOWSVC_PLUGINS_ENABLED": '["auth", "marketplace"]',
+        "FLOWSVC_INTERNAL_TOKEN": "bench-" + "i" * 32,
+        "FLOWSVC_PLUGINS_ENABLED": '["auth", "keys", "projects", "marketplace"]',
         # wrk is one anonymous client: measure the listing, not the per-IP bucket.
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
     }
@@ -115,8 +115,9 @@ def load_agents(database_url: str, count: int, seed: int) -> None:
     """Migrate the database and bulk-load ``count`` published agents with their rankings."""
     settings = load_settings(None, environ={"FLOWSVC_DATABASE_URL": database_url,
                                             "FLOWSVC_JWT_SECRET": "bench-" + "x" * 32,
-                                            "FLOWSVC_INTERNAL_TOKEN": "bench",
-                                            "FLOWSVC_PLUGINS_ENABLED": '["marketplace"]'})
+                                            "FLOWSVC_INTERNAL_TOKEN": "bench-" + "i" * 32,
+                                            "FLOWSVC_PLUGINS_ENABLED":
+                                                '["keys", "projects", "marketplace"]'})
 
     async def migrate() -> None:
         async with open_service(settings, migrate=True):
@@ -147,7 +148,7 @@ def deep_cursor(database_url: str, sort: str, position: int) -> str:
     """A cursor standing after the agent at ``position`` (1-based) of ``sort``."""
     settings = load_settings(None, environ={"FLOWSVC_DATABASE_URL": database_url,
                                             "FLOWSVC_JWT_SECRET": "bench-" + "x" * 32,
-                                            "FLOWSVC_INTERNAL_TOKEN": "bench"})
+                                            "FLOWSVC_INTERNAL_TOKEN": "bench-" + "i" * 32})
     engine = make_engine(settings.database_url, 1)
     try:
         with engine.connect() as connection:

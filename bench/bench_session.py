@@ -63,7 +63,7 @@ def service_env(var_dir: Path, args: argparse.Namespace) -> dict[str, str]:
         "FLOWSVC_REDIS_URL": args.redis_url,
         "FLOWSVC_REDIS_PREFIX": f"flowsvc-bench-{os.getpid()}:",
         "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "x" * 32,
-        "FLOWSVC_INTERNAL_TOKEN": "bench-internal-token",
+        "FLOWSVC_INTERNAL_TOKEN": "bench-internal-token-" + "i" * 32,
         "FLOWSVC_PLUGINS_ENABLED": "auth",
         # One user hammering /me must measure the session path, not a rate bucket.
         "FLOWSVC_LIMITS_AUTHENTICATED_RPM": str(10**9),

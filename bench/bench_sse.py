@@ -64,7 +64,7 @@ from runtime.hookspecs import hookimpl
 from runtime.http import json_response
 from runtime.service import Service
 
-INTERNAL_TOKEN = "bench-internal-token"
+INTERNAL_TOKEN = "bench-internal-token-" + "i" * 32
 GC_TUNING_VARIABLE = "FLOWSVC_BENCH_GC_TUNED"
 GC_THRESHOLDS = (50_000, 20, 100)
 _STAMP = re.compile(rb'"t":([0-9]+\.[0-9]+)')
@@ -316,7 +316,8 @@ async def flowsvc_bench_server(gc_tuned: bool) -> AsyncIterator[RunningServer]:
     env = {
         **({GC_TUNING_VARIABLE: "1"} if gc_tuned else {}),
         "FLOWSVC_PLUGINS_ENABLED": '["auth", "projects", "bench.bench_sse"]',
-        "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN, "FLOWSVC_JWT_SECRET": "bench-jwt-secret",
+        "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN,
+        "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "j" * 32,
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
         "FLOWSVC_LIMITS_INTERNAL_RPM": "0", "FLOWSVC_PLUGINS_PROJECTS_MAX_TURNS": "100000",
         "FLOWSVC_PLUGINS_PROJECTS_SUBSCRIBER_MAX_LAG": "1000",

@@ -6,10 +6,11 @@ run first; it builds everything that needs no running actor, and closes it on ex
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from runtime.config import ConfigError, Settings
+from runtime.config import ConfigError, Settings, check_environment, env_names
 from runtime.migrate import upgrade
 from runtime.plugins import available_plugins, get_plugin_manager
 from runtime.service import Service
@@ -33,6 +34,20 @@ def check_plugin_tables(settings: Settings) -> None:
                               f"(available: {', '.join(sorted(known))})")
 
 
+def check_variables(service: Service, environ: Mapping[str, str]) -> None:
+    """Refuse ``FLOWSVC_*`` variables no setting of the core or of an enabled plugin answers
+    to (those of available plugins that are switched off are kept for when they are on).
+
+    :raises ConfigError: naming them.
+    """
+    known = env_names(Settings, ()) | {"FLOWSVC_PRICING"}
+    for name, model in service.plugin_models().items():
+        known |= env_names(model, ("plugins", name))
+    switched_off = {f"FLOWSVC_PLUGINS_{name.upper()}_" for name in available_plugins()
+                    if name not in service.settings.plugins.enabled}
+    check_environment(environ, known, switched_off)
+
+
 @asynccontextmanager
 async def open_service(settings: Settings, *, migrate: bool | None = None,
                        environ: Mapping[str, str] | None = None) -> AsyncIterator[Service]:
@@ -48,6 +63,7 @@ async def open_service(settings: Settings, *, migrate: bool | None = None,
     try:
         async with open_shared_state(settings.redis.url, settings.redis.prefix) as shared:
             service = Service(settings, pm, db, shared, environ)
+            check_variables(service, os.environ if environ is None else environ)
             if settings.database.migrate_on_start if migrate is None else migrate:
                 await upgrade(service)
             yield service

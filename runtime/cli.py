@@ -1,9 +1,15 @@
-"""The ``flowsvc`` command: serve, migrate, plugins, and the operator commands plugins add."""
+"""The ``flowsvc`` command: serve, migrate, plugins, and the operator commands plugins add.
+
+The configuration file is found the same way from any working directory: ``--config``
+(before or after the sub-command), else ``$FLOWSVC_CONFIG``, else ``./config.toml`` when
+there is one, else the built-in defaults (every built-in plugin enabled).
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -19,11 +25,15 @@ if TYPE_CHECKING:
     from quart import Blueprint
 
 DEFAULT_CONFIG = Path("config.toml")
+CONFIG_VARIABLE = "FLOWSVC_CONFIG"
 
 
-def _config_path(raw: str | None) -> Path | None:
+def config_path(raw: str | None, environ: dict[str, str]) -> Path | None:
+    """Where the configuration is read from (see the module docstring); None: defaults."""
     if raw:
         return Path(raw)
+    if environ.get(CONFIG_VARIABLE):
+        return Path(environ[CONFIG_VARIABLE])
     return DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None
 
 
@@ -80,17 +90,31 @@ def _blueprint_rules(blueprint: Blueprint) -> list[str]:
             for rule in app.url_map.iter_rules() if rule.endpoint != "static"]
 
 
+_CONFIG_HELP = (f"path of config.toml (default: ${CONFIG_VARIABLE}, else ./config.toml if "
+                "present, else the built-in defaults)")
+
+
 def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flowsvc", description=__doc__)
-    parser.add_argument("--config", help="path of config.toml (default: ./config.toml if present)")
+    parser = argparse.ArgumentParser(prog="flowsvc", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help=_CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve HTTP and run the actors")
-    serve.add_argument("--bind", help="HOST:PORT (default from [service] bind)")
+
+    def command_parser(name: str, help: str) -> argparse.ArgumentParser:
+        # --config after the sub-command too; SUPPRESS keeps one given before it.
+        added = sub.add_parser(name, help=help)
+        added.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
+        return added
+
+    serve = command_parser("serve", "serve HTTP and run the actors")
+    serve.add_argument("--bind", help="HOST:PORT (default from [service] bind); public_url "
+                                      "follows it unless set")
     serve.add_argument("--workers", type=int, help="service processes (more than 1 needs Redis)")
-    sub.add_parser("migrate", help="apply database migrations of every enabled plugin")
-    sub.add_parser("plugins", help="list enabled plugins with their hooks, actors and routes")
+    command_parser("migrate", "apply database migrations of every enabled plugin")
+    command_parser("plugins", "list enabled plugins with what they require and provide, their "
+                              "hooks, actors and routes")
     for command in commands:
-        command.add_arguments(sub.add_parser(command.name, help=command.help))
+        command.add_arguments(command_parser(command.name, command.help))
     return parser
 
 
@@ -105,9 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
+    pre.add_argument("--bind")
     known, _ = pre.parse_known_args(argv)
     try:
-        settings = load_settings(_config_path(known.config))
+        # --bind is read before the settings so that public_url follows it.
+        bind = {"FLOWSVC_SERVICE_BIND": known.bind} if known.bind else {}
+        settings = load_settings(config_path(known.config, dict(os.environ)),
+                                 {**os.environ, **bind})
         commands = _plugin_commands(settings)
         args = build_parser(commands).parse_args(argv)
         _setup_logging(settings)
@@ -125,11 +153,11 @@ def _dispatch(settings: Settings, args: argparse.Namespace, commands: list[Comma
         trio.run(probe_redis, settings.redis.url)
     if args.command == "serve":
         workers = args.workers or settings.service.workers
-        bind = args.bind or settings.service.bind
+        bind = settings.service.bind
         if workers > 1:
             check_workers(settings, workers)  # before migrating anything
             trio.run(_migrate, settings)
-            return serve_workers(settings, args.config, bind, workers)
+            return serve_workers(settings, getattr(args, "config", None), bind, workers)
         return trio.run(partial(run_server, settings, bind=bind))
     if args.command == "migrate":
         return trio.run(_migrate, settings)

@@ -18,9 +18,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "FLOWSVC"
+BUILTIN_PLUGINS = ("auth", "keys", "projects", "webhooks", "marketplace", "chain", "billing")
+# Variables of the FLOWSVC_ prefix that are not settings: where the config file is, hook
+# tracing, and the test suite's own (FLOWSVC_TEST_*).
+RESERVED_VARIABLES = ("FLOWSVC_CONFIG", "FLOWSVC_TRACE_HOOKS")
+RESERVED_PREFIXES = ("FLOWSVC_TEST_",)
+MIN_SECRET_BYTES = 32
 
 
 class ConfigError(Exception):
@@ -43,7 +49,8 @@ def _url_with_scheme(value: str, schemes: tuple[str, ...], empty_means: str) -> 
 class ServiceSettings(Section):
     bind: str = "127.0.0.1:8000"
     workers: int = Field(1, ge=1, le=64)
-    public_url: str = "http://127.0.0.1:8000"
+    # Empty: derived from bind (http://HOST:PORT, 127.0.0.1 for a wildcard host).
+    public_url: str = ""
     var_dir: Path = Path("var")
     max_body_bytes: int = Field(1_048_576, ge=1024)
     shutdown_grace_seconds: float = Field(10.0, ge=0)
@@ -72,9 +79,26 @@ class ServiceSettings(Section):
     @field_validator("public_url")
     @classmethod
     def _public_url_form(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https:// (or be empty: from bind)")
         return value
+
+    @model_validator(mode="after")
+    def _public_url_from_bind(self) -> ServiceSettings:
+        if not self.public_url:
+            object.__setattr__(self, "public_url", url_of_bind(self.bind))
+        return self
+
+
+def url_of_bind(bind: str) -> str:
+    """The URL clients reach a ``HOST:PORT`` bind at: a wildcard host is this machine's
+    loopback; a socket or an inherited descriptor gives the default port's URL."""
+    host, colon, port = bind.rpartition(":")
+    if not colon or bind.startswith(("fd://", "unix:")):
+        return "http://127.0.0.1:8000"
+    if host in ("", "0.0.0.0", "[::]", "::"):  # noqa: S104 - a bind read, not made
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
 
 
 class DatabaseSettings(Section):
@@ -125,7 +149,7 @@ class LimitsSettings(Section):
 
 class PluginsSettings(Section):
     model_config = ConfigDict(extra="allow", frozen=True)
-    enabled: list[str] = ["auth"]
+    enabled: list[str] = list(BUILTIN_PLUGINS)
 
 
 class Settings(Section):
@@ -191,6 +215,37 @@ def apply_env(model: type[BaseModel], table: dict[str, Any], path: tuple[str, ..
     return merged
 
 
+def env_names(model: type[BaseModel], path: tuple[str, ...]) -> set[str]:
+    """Every ``FLOWSVC_*`` variable that sets a key of ``model`` (at ``path``)."""
+    names = set()
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names |= env_names(annotation, (*path, name))
+        else:
+            names.add("_".join((ENV_PREFIX, *path, name)).upper())
+    return names
+
+
+def check_environment(environ: Mapping[str, str], known: set[str],
+                      plugin_prefixes: set[str]) -> None:
+    """Refuse ``FLOWSVC_*`` variables that set nothing (a misspelt override would otherwise
+    be ignored in silence).
+
+    :param known: every variable name a setting answers to.
+    :param plugin_prefixes: ``FLOWSVC_PLUGINS_<NAME>_`` of plugins that are available but
+        not enabled: their variables are kept for when they are, like their tables.
+    :raises ConfigError: naming each such variable.
+    """
+    unknown = sorted(name for name in environ
+                     if name.startswith(ENV_PREFIX + "_") and name not in known
+                     and name not in RESERVED_VARIABLES
+                     and not name.startswith((*RESERVED_PREFIXES, *plugin_prefixes)))
+    if unknown:
+        raise ConfigError(f"unknown environment variable{'s' if len(unknown) > 1 else ''}: "
+                          f"{', '.join(unknown)} (docs/configuration.md lists every setting)")
+
+
 def _format_validation_error(where: str, exc: ValidationError) -> str:
     lines = [f"invalid configuration in {where}:"]
     for error in exc.errors():
@@ -234,11 +289,20 @@ def _with_secrets(settings: Settings) -> Settings:
     missing = [variable for variable, value in (("FLOWSVC_JWT_SECRET", settings.jwt.secret),
                                                 ("FLOWSVC_INTERNAL_TOKEN", settings.internal.token))
                if not value]
+    if not settings.embedded:
+        if missing:
+            raise ConfigError(f"set {', '.join(missing)}: secrets are generated only in the "
+                              "embedded default")
+        short = [variable for variable, value in (("FLOWSVC_JWT_SECRET", settings.jwt.secret),
+                                                  ("FLOWSVC_INTERNAL_TOKEN",
+                                                   settings.internal.token))
+                 if len(value.encode()) < MIN_SECRET_BYTES]
+        if short:
+            raise ConfigError(f"{', '.join(short)} must be at least {MIN_SECRET_BYTES} bytes "
+                              "(a random hex string: openssl rand -hex 32)")
+        return settings
     if not missing:
         return settings
-    if not settings.embedded:
-        raise ConfigError(f"set {', '.join(missing)}: secrets are generated only in the "
-                          "embedded default")
     stored = _stored_secrets(settings.service.var_dir)
     jwt = settings.jwt.model_copy(update={"secret": settings.jwt.secret or stored["jwt_secret"]})
     internal = settings.internal.model_copy(

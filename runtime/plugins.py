@@ -30,14 +30,11 @@ from types import ModuleType
 import pluggy
 
 from runtime import hookspecs
-from runtime.config import ConfigError
+from runtime.config import BUILTIN_PLUGINS, ConfigError
 
 ENTRY_POINT_GROUP = "flowsvc.plugins"
 ESSENTIAL = {"core": "runtime.core_hooks"}
-BUILTIN = {
-    name: f"plugins.{name}.hooks"
-    for name in ("auth", "keys", "projects", "webhooks", "marketplace", "chain", "billing")
-}
+BUILTIN = {name: f"plugins.{name}.hooks" for name in BUILTIN_PLUGINS}
 
 log = logging.getLogger("flowsvc.plugins")
 

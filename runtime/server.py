@@ -144,7 +144,9 @@ def serve_workers(settings: Settings, config_path: str | None, bind: str, worker
     config = ["--config", config_path] if config_path else []
     argv = [sys.executable, "-m", "runtime.cli", *config, "serve", "--workers", "1",
             "--bind", f"fd://{listener.fileno()}"]
-    env = {**os.environ, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}
+    # The workers listen on an inherited descriptor: tell them the public URL of the bind.
+    env = {**os.environ, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false",
+           "FLOWSVC_SERVICE_PUBLIC_URL": settings.service.public_url}
     children = [subprocess.Popen(argv, pass_fds=[listener.fileno()], env=env)
                 for _ in range(workers)]
     return trio.run(partial(_wait_children, children))

@@ -100,6 +100,11 @@ class Service:
                 raise ConfigError(f"two plugins provide the contract {provided.contract.name}")
             self._contracts[provided.contract] = provided.implementation
 
+    def plugin_models(self) -> dict[str, type[Section]]:
+        """The settings model of every enabled plugin that has settings, by plugin name."""
+        return {config.name: config.model for config in self.pm.hook.flowsvc_plugin_config()
+                if config is not None}
+
     def _validate_plugin_settings(self, environ: Mapping[str, str]) -> dict[str, Section]:
         validated: dict[str, Section] = {}
         for config in self.pm.hook.flowsvc_plugin_config():

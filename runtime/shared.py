@@ -394,5 +394,20 @@ async def probe_redis(redis_url: str) -> None:
             async with probe:
                 await probe.ping()
     except Exception as exc:  # a timeout, or coredis errors, bare or grouped by its tasks
-        raise ConfigError(f"cannot reach Redis at {where} ({type(exc).__name__}); "
+        raise ConfigError(f"cannot reach Redis at {where} ({root_cause(exc)}); "
                           "check FLOWSVC_REDIS_URL") from None
+
+
+def root_cause(error: BaseException) -> str:
+    """What went wrong, for a person: the innermost exception of a chain or of a group of
+    one cause (coredis wraps a refused connection in its tasks' exception group)."""
+    while True:
+        if isinstance(error, BaseExceptionGroup) and error.exceptions:
+            error = error.exceptions[0]
+        elif error.__cause__ is not None:
+            error = error.__cause__
+        else:
+            break
+    if isinstance(error, trio.TooSlowError):
+        return f"no answer within {REDIS_START_SECONDS:g} s"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -7,6 +7,7 @@ real process.
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from sqlalchemy import create_engine, inspect
 
 from runtime.cli import main
 from runtime.storage import normalize_url
-from tests.support.server import client, make_settings, running_server, settings_env
+from tests.support.server import client, free_port, make_settings, running_server, settings_env
 from tests.support.testkit_plugin import MODULE as TESTKIT
 
 
@@ -95,6 +96,9 @@ async def test_access_codes_create_prints_codes_that_work_once_each(
     ({"FLOWSVC_SERVICE_WORKERS": "0"}, "service.workers"),
     ({"FLOWSVC_PLUGINS_ENABLED": json.dumps(["auth", "authh"])}, "unknown plugin 'authh'"),
     ({"FLOWSVC_PLUGINS_AUTH_SIWE_CHAIN_ID": "mainnet"}, "siwe_chain_id"),
+    ({"FLOWSVC_SERVICE_BND": "127.0.0.1:9"}, "unknown environment variable: FLOWSVC_SERVICE_BND"),
+    ({"FLOWSVC_PLUGINS_AUTH_BOT_TOKN": "x", "FLOWSVC_JWTT_SECRET": "y"},
+     "unknown environment variables: FLOWSVC_JWTT_SECRET, FLOWSVC_PLUGINS_AUTH_BOT_TOKN"),
 ])
 def test_a_configuration_error_is_one_line_naming_it_and_exit_code_2(
         cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
@@ -121,3 +125,48 @@ def test_config_option_reads_that_file(cli_env: dict[str, str], tmp_path: Path,
     assert main(["--config", str(config), "plugins"]) == 0
     assert [line for line in capsys.readouterr().out.splitlines()
             if not line.startswith(" ")] == ["core: runtime.core_hooks"]
+
+
+def test_config_option_after_the_sub_command_and_from_the_environment(
+        cli_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("FLOWSVC_PLUGINS_ENABLED")
+    config = tmp_path / "elsewhere.toml"
+    config.write_text("[plugins]\nenabled = []\n")
+    assert main(["plugins", "--config", str(config)]) == 0
+    assert "auth:" not in capsys.readouterr().out
+    monkeypatch.setenv("FLOWSVC_CONFIG", str(config))
+    assert main(["plugins"]) == 0
+    assert "auth:" not in capsys.readouterr().out
+
+
+def test_without_any_config_every_builtin_plugin_command_is_listed(
+        cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("FLOWSVC_PLUGINS_ENABLED")  # and cwd holds no config.toml
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "access-codes" in capsys.readouterr().out
+
+
+def test_short_secrets_are_refused_outside_the_embedded_default(
+        cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FLOWSVC_REDIS_URL", "redis://127.0.0.1:1/0")  # not embedded now
+    monkeypatch.setenv("FLOWSVC_JWT_SECRET", "x")
+    assert main(["migrate"]) == 2
+    assert "FLOWSVC_JWT_SECRET must be at least 32 bytes" in capsys.readouterr().err
+
+
+# coredis leaves the buffers of a connection that never connected to the garbage collector.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_unreachable_redis_names_the_cause(cli_env: dict[str, str],
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FLOWSVC_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    assert main(["migrate"]) == 2
+    error = capsys.readouterr().err
+    assert "cannot reach Redis at 127.0.0.1:" in error
+    assert "ConnectionRefusedError" in error and "ExceptionGroup" not in error
+    gc.collect()  # here, under this test's filter, not in a later test

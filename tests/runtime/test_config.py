@@ -79,7 +79,7 @@ def test_every_key_can_be_overridden_from_the_environment(tmp_path: Path) -> Non
         "FLOWSVC_DATABASE_URL": "postgresql://flow@db.internal/flow",
         "FLOWSVC_REDIS_URL": "redis://cache.internal:6379/1",
         "FLOWSVC_JWT_SECRET": "from-env-" + "s" * 32,
-        "FLOWSVC_INTERNAL_TOKEN": "internal-from-env",
+        "FLOWSVC_INTERNAL_TOKEN": "internal-from-env-" + "t" * 32,
         "FLOWSVC_SERVICE_WORKERS": "3",
         "FLOWSVC_SERVICE_COOKIE_SECURE": "false",
         "FLOWSVC_SERVICE_TRUSTED_PROXIES": '["10.0.0.0/8"]',
@@ -90,7 +90,7 @@ def test_every_key_can_be_overridden_from_the_environment(tmp_path: Path) -> Non
     assert settings.database.url == "postgresql://flow@db.internal/flow"
     assert settings.redis.url == "redis://cache.internal:6379/1"
     assert settings.jwt.secret == "from-env-" + "s" * 32
-    assert settings.internal.token == "internal-from-env"
+    assert settings.internal.token == "internal-from-env-" + "t" * 32
     assert settings.service.workers == 3
     assert settings.service.cookie_secure is False
     assert settings.service.trusted_proxies == ["10.0.0.0/8"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.backends import redis_prefix
-from tests.support.server import client, make_settings, running_server, settings_env
+from tests.support.server import INTERNAL, client, make_settings, running_server, settings_env
 from tests.support.wallet import sign_in
 
 
@@ -65,7 +65,7 @@ async def test_the_internal_token_has_its_bucket_and_zero_disables(tmp_path: Pat
                                                                    redis_url: str) -> None:
     async with _service(tmp_path, redis_url, limits_internal_rpm="2",
                         limits_anonymous_rpm="0") as http:
-        internal = {"Authorization": "Bearer test-internal-token"}
+        internal = INTERNAL
         assert [(await http.get("/x", headers=internal)).status_code for _ in range(3)] == \
             [404, 404, 429]
         for _ in range(40):

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from tests.support.processes import run_flowsvc, serve, stop
+from tests.support.processes import run_flowsvc, serve, server_process, stop
 from tests.support.server import free_port, settings_env
 from tests.support.testkit_plugin import MODULE as TESTKIT
 
@@ -142,3 +142,18 @@ def test_an_unreachable_redis_stops_the_start_with_a_clear_message(tmp_path: Pat
     assert code == 2
     assert f"cannot reach Redis at 127.0.0.1:{closed}" in output
     assert "hunter2" not in output
+
+
+def test_public_url_follows_the_bind_unless_it_is_set(tmp_path: Path) -> None:
+    port = free_port()
+    address = "0x" + "12" * 20
+    with server_process(_env(tmp_path), port):
+        nonce = httpx.post(f"http://127.0.0.1:{port}/auth/nonce", json={"address": address})
+    assert nonce.status_code == 200, nonce.text
+    message = nonce.json()["message"]
+    assert message.startswith(f"127.0.0.1:{port} wants you to sign in")
+    assert f"URI: http://127.0.0.1:{port}\n" in message
+    with server_process(_env(tmp_path, FLOWSVC_SERVICE_PUBLIC_URL="https://flow.example"),
+                        port):
+        nonce = httpx.post(f"http://127.0.0.1:{port}/auth/nonce", json={"address": address})
+    assert "URI: https://flow.example\n" in nonce.json()["message"]

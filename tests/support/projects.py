@@ -20,11 +20,17 @@ from runtime.hookspecs import hookimpl
 from runtime.server import Running
 from runtime.service import Service
 from tests.support.backends import redis_prefix
-from tests.support.server import ROOT, client, make_settings, running_server, settings_env
+from tests.support.server import (
+    INTERNAL,
+    ROOT,
+    client,
+    make_settings,
+    running_server,
+    settings_env,
+)
 from tests.support.sse import SseEvent
 from tests.support.wallet import sign_in
 
-INTERNAL = {"Authorization": "Bearer test-internal-token"}
 BRIEF = ("Build a pizza ordering site for Luigi's. Customers pick toppings and pay online. "
          "Orders show up on a kitchen screen.")
 

@@ -15,6 +15,8 @@ from runtime.config import Settings, load_settings
 from runtime.server import Running, run_server
 
 ROOT = Path(__file__).resolve().parents[2]
+INTERNAL_TOKEN = "test-internal-token-" + "i" * 32
+INTERNAL = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
 
 
 def settings_env(var_dir: Path, *, database_url: str, redis_url: str = "",
@@ -29,7 +31,7 @@ def settings_env(var_dir: Path, *, database_url: str, redis_url: str = "",
         "FLOWSVC_REDIS_URL": redis_url,
         "FLOWSVC_REDIS_PREFIX": redis_prefix,
         "FLOWSVC_JWT_SECRET": "test-jwt-secret-" + "x" * 32,
-        "FLOWSVC_INTERNAL_TOKEN": "test-internal-token",
+        "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN,
         "FLOWSVC_PLUGINS_ENABLED": json.dumps(plugins or ["auth"]),
     }
     env.update(extra or {})

@@ -9,7 +9,7 @@ import httpx
 
 from runtime.server import Running
 from tests.support.projects import BRIEF, add_token, new_project, serve_projects, token_owner
-from tests.support.server import client
+from tests.support.server import INTERNAL, client
 from tests.support.sse import open_sse
 from tests.support.wallet import sign_in
 
@@ -150,7 +150,7 @@ async def test_internal_token_registry(tmp_path: Path, running_tokens: Running) 
             (401, "unauthenticated")
         await sign_in(http)
         assert error_of(await http.get("/internal/tokens/tok")) == (401, "unauthenticated")
-    async with client(running, headers={"Authorization": "Bearer test-internal-token"}) as ops:
+    async with client(running, headers=INTERNAL) as ops:
         assert (await ops.get("/internal/tokens/tok")).json()["token"]["slug"] == "tok"
         assert error_of(await ops.get("/internal/tokens/none")) == (404, "not_found")
         bad = await ops.put("/internal/tokens/tok", json={
