@@ -9,6 +9,19 @@ export FLOWSVC_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 .PHONY: serve test lint typecheck pytest bench clean wrk node_modules contracts
 
+# A command the tests need from Debian: installed when missing and we may (root with apt-get),
+# otherwise named in one line (no raw apt error for a user without root).
+define debian_package
+@command -v $(1) >/dev/null || { \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+    echo "installing $(2) (Debian package) for $(1)"; \
+    apt-get update -qq >/dev/null && apt-get install -y -qq $(2) >/dev/null; \
+  else \
+    echo "$(1) not found: install the Debian package $(2) (sudo apt-get install $(2)), then run make again" >&2; \
+    exit 1; \
+  fi; }
+endef
+
 $(STAMP): pyproject.toml examples/flowsvc-hello/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -18,7 +31,7 @@ $(STAMP): pyproject.toml examples/flowsvc-hello/pyproject.toml
 # anvil and solc, for the chain tests: npm install follows the lock file (npm ci can refuse a
 # lock that lists platform packages the registry does not serve here).
 $(NODE_STAMP): package.json package-lock.json
-	@command -v npm >/dev/null || { echo "npm not found: install Node.js 20+ with npm (apt-get install nodejs npm)" >&2; exit 1; }
+	$(call debian_package,npm,nodejs npm)
 	npm install --no-audit --no-fund
 	touch $(NODE_STAMP)
 
@@ -42,7 +55,7 @@ pytest: $(STAMP) $(NODE_STAMP) wrk
 
 # wrk is the load generator of bench/ and of its harness tests (Debian package).
 wrk:
-	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
+	$(call debian_package,wrk,wrk)
 
 test: lint typecheck pytest
 
