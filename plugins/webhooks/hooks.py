@@ -11,7 +11,8 @@ from plugins.webhooks import tables
 from plugins.webhooks.dispatcher import dispatcher_actor, wake_dispatcher
 from plugins.webhooks.outbox import fan_out
 from plugins.webhooks.routes import build_blueprint
-from plugins.webhooks.settings import WebhooksSettings, settings_of
+from plugins.webhooks.settings import WebhooksSettings
+from plugins.webhooks.state import WEBHOOKS
 from runtime.actors import ActorSpec
 from runtime.events import OutboundEvent
 from runtime.hookspecs import hookimpl
@@ -30,12 +31,12 @@ def flowsvc_blueprints(service: Service) -> list[Blueprint]:
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
-    return [dispatcher_actor(service, settings_of(service))]
+    return [dispatcher_actor(service)]
 
 
 @hookimpl
 def flowsvc_event_emitted(service: Service, connection: Connection, event: OutboundEvent) -> None:
     """Write the event to the outbox in the emitter's transaction; wake the dispatcher once
     that transaction commits."""
-    if fan_out(connection, event, settings_of(service).max_retries):
+    if fan_out(connection, event, service.state(WEBHOOKS).settings.max_retries):
         after_commit(connection, lambda: wake_dispatcher(service))

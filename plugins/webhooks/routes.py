@@ -26,7 +26,7 @@ from plugins.webhooks.models import (
     WebhookListResponse,
     WebhookResponse,
 )
-from plugins.webhooks.settings import settings_of
+from plugins.webhooks.state import WEBHOOKS
 from plugins.webhooks.subscriptions import (
     create_subscription,
     delete_subscription,
@@ -74,8 +74,8 @@ async def vetted_host(url: str, policy: UrlPolicy) -> str:
 
 def build_blueprint(service: Service) -> Blueprint:
     blueprint = Blueprint("webhooks", __name__)
-    settings = settings_of(service)
-    policy = settings.url_policy()
+    state = service.state(WEBHOOKS)
+    settings, policy = state.settings, state.policy
     retries = settings.max_retries
 
     @blueprint.post("/me/webhooks")
