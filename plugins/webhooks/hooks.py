@@ -7,10 +7,9 @@ from pathlib import Path
 from quart import Blueprint
 from sqlalchemy import Connection
 
-from plugins.webhooks import tables
+from plugins.webhooks import routes, tables
 from plugins.webhooks.dispatcher import dispatcher_actor, wake_dispatcher
 from plugins.webhooks.outbox import fan_out
-from plugins.webhooks.routes import build_blueprint
 from plugins.webhooks.settings import WebhooksSettings
 from plugins.webhooks.state import WEBHOOKS
 from runtime.actors import ActorSpec
@@ -26,7 +25,7 @@ flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    return [build_blueprint(service)]
+    return [routes.blueprint]
 
 
 @hookimpl
