@@ -8,6 +8,7 @@ the plugin's settings and URL policy with ``service.state(WEBHOOKS)``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_querystring, validate_request
+from sqlalchemy import Connection
 
 from plugins.webhooks.deliveries import list_deliveries, recover, redeliver, send_ping
 from plugins.webhooks.dispatcher import wake_dispatcher
@@ -32,6 +34,7 @@ from plugins.webhooks.models import (
 )
 from plugins.webhooks.state import WEBHOOKS
 from plugins.webhooks.subscriptions import (
+    Subscription,
     create_subscription,
     delete_subscription,
     get_subscription,
@@ -39,7 +42,8 @@ from plugins.webhooks.subscriptions import (
     rotate_secret,
 )
 from plugins.webhooks.urlguard import UnsafeUrlError, UrlPolicy, normalize_host, resolve_and_check
-from runtime.context import require_user
+from runtime import idempotency
+from runtime.context import current_context, require_user
 from runtime.errors import InvalidRequest
 from runtime.http import current_service, json_response
 from runtime.service import Service
@@ -76,6 +80,35 @@ async def vetted_host(url: str, policy: UrlPolicy) -> str:
     return normalize_host(urlsplit(url).hostname or "")
 
 
+async def _with_secret(status: int, change: Callable[..., Subscription], *args: Any
+                       ) -> Response:
+    """Run ``change(connection, *args)`` (it makes a secret) and answer ``status`` with the
+    webhook and its new secret.
+
+    The pipeline would store this answer, secret included, for a request repeated with the
+    same ``Idempotency-Key``. So this takes the claim over and stores the replay itself,
+    without the secret, in the transaction of the change. A change that fails gives the claim
+    back: the pipeline stores the error answer (or releases the key after a 5xx) as usual.
+    """
+    context = current_context()
+    claimed = context.take_idempotency()
+
+    def apply(connection: Connection) -> Subscription:
+        subscription = change(connection, *args)
+        if claimed is not None:
+            replay = json.dumps({"webhook": subscription.public()}, separators=(",", ":"))
+            idempotency.complete(connection, *claimed, idempotency.StoredResponse(
+                status, replay.encode(), "application/json"))
+        return subscription
+
+    try:
+        subscription = await current_service().db.write(apply)
+    except BaseException:
+        context.idempotency = claimed
+        raise
+    return json_response({"webhook": subscription.public(with_secret=True)}, status)
+
+
 async def _scheduled(name: str, schedule: Callable[..., Any], *args: Any) -> Response:
     """Run ``schedule(connection, *args, max_retries)`` in a transaction that queues
     deliveries, wake the dispatcher, and answer 202 ``{name: <what it returned>}``."""
@@ -99,9 +132,8 @@ async def create(data: CreateWebhookRequest) -> Response:
     state = service.state(WEBHOOKS)
     events = known_events(service, data.events)
     host = await vetted_host(data.url, state.policy)
-    subscription = await service.db.write(create_subscription, principal.user_id, data.url,
-                                          host, events, state.settings.max_subscriptions)
-    return json_response({"webhook": subscription.public(with_secret=True)}, 201)
+    return await _with_secret(201, create_subscription, principal.user_id, data.url, host,
+                              events, state.settings.max_subscriptions)
 
 
 @blueprint.get("/me/webhooks")
@@ -146,9 +178,8 @@ async def rotate(webhook_id: int) -> Response:
     """Replace the secret; the old one keeps signing for ``secret_overlap_seconds``."""
     service = current_service()
     principal = require_user()
-    rotated = await service.db.write(rotate_secret, principal.user_id, webhook_id,
-                                     service.state(WEBHOOKS).settings.secret_overlap_seconds)
-    return json_response({"webhook": rotated.public(with_secret=True)})
+    return await _with_secret(200, rotate_secret, principal.user_id, webhook_id,
+                              service.state(WEBHOOKS).settings.secret_overlap_seconds)
 
 
 @blueprint.post("/me/webhooks/<int:webhook_id>/test")
