@@ -41,4 +41,4 @@ def flowsvc_blueprints(service: Service) -> list[Blueprint]:
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
-    return [scheduler_actor(service, service.plugin_settings("marketplace", MarketplaceSettings))]
+    return [scheduler_actor(service)]

@@ -46,7 +46,7 @@ from plugins.marketplace.publication import (
     unpublish,
 )
 from plugins.marketplace.ranking import decode_cursor, list_page, now_us
-from plugins.marketplace.settings import MarketplaceSettings
+from plugins.marketplace.state import MARKETPLACE
 from runtime.context import current_principal, require_user
 from runtime.contracts.projects import PROJECTS
 from runtime.errors import InvalidRequest
@@ -70,11 +70,6 @@ async def optional_body(model: type[M]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise RequestSchemaValidationError(exc) from None
-
-
-def settings_of(service: Service) -> MarketplaceSettings:
-    """The validated ``[plugins.marketplace]`` table."""
-    return service.plugin_settings("marketplace", MarketplaceSettings)
 
 
 def check_template(service: Service, name: str) -> None:
@@ -192,7 +187,7 @@ def build_blueprint(service: Service) -> Blueprint:
     @document_response(AgentsPage, 200)
     async def listing(query_args: ListQuery) -> Response:
         """A page of published agents ranked by ``sort``, optionally with ``tag``."""
-        settings = settings_of(service)
+        settings = service.state(MARKETPLACE).settings
         now = now_us()
         sort, tag, after = query_args.sort or "trending", query_args.tag, None
         snapshot = now - settings.snapshot_lag_ms * 1000
