@@ -6,12 +6,10 @@ from pathlib import Path
 
 from quart import Blueprint
 
-from plugins.marketplace import tables
+from plugins.marketplace import routes, tables, usage_routes
 from plugins.marketplace.publication import AGENT_PUBLISHED
-from plugins.marketplace.routes import build_blueprint
 from plugins.marketplace.scheduler import scheduler_actor
 from plugins.marketplace.settings import MarketplaceSettings
-from plugins.marketplace.usage_routes import build_usage_blueprint
 from runtime.actors import ActorSpec
 from runtime.events import EventType
 from runtime.hookspecs import hookimpl
@@ -36,9 +34,9 @@ def flowsvc_webhook_events() -> list[EventType]:
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    return [build_blueprint(service), build_usage_blueprint(service)]
+    return [routes.blueprint, usage_routes.blueprint]
 
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
-    return [scheduler_actor(service, service.plugin_settings("marketplace", MarketplaceSettings))]
+    return [scheduler_actor(service)]

@@ -3,7 +3,8 @@
 Every ``scheduler_interval_seconds`` it renews or ends the subscriptions whose period is
 over (``subscriptions.settle_due``) and deletes ranking history no listing cursor can
 still use (older than ``cursor_ttl_seconds`` plus a minute of margin). A failed pass is
-logged and tried again next time; it never crashes the actor.
+logged and tried again next time; it never crashes the actor. It takes no messages: nothing
+but its clock drives it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import trio
 
 from plugins.marketplace.ranking import now_us, prune
 from plugins.marketplace.settings import MarketplaceSettings
+from plugins.marketplace.state import MARKETPLACE
 from plugins.marketplace.subscriptions import settle_due
 from runtime.actors import ActorSpec, Mailbox
 
@@ -37,8 +39,10 @@ async def run_pass(service: Service, settings: MarketplaceSettings) -> None:
         log.info("pruned %d ranking history rows", pruned)
 
 
-def scheduler_actor(service: Service, settings: MarketplaceSettings) -> ActorSpec:
+def scheduler_actor(service: Service) -> ActorSpec:
     """The ``marketplace.scheduler`` actor: a pass at start, then every interval."""
+    settings = service.state(MARKETPLACE).settings
+
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

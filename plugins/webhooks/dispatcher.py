@@ -11,8 +11,10 @@ finished attempts in batches, one transaction each (``outbox.settle``); until th
 stays leased, so claiming and settling overlap without a delivery being claimed twice.
 
 Owns: the HTTP client and its connection pool, the slot counts, and the leases it holds, which
-it gives back when it stops (a crash loses nothing either: leases expire). Message: ``Wake``
-(cast by ``wake_dispatcher`` after a commit) makes it look for due deliveries at once.
+it gives back when it stops (a crash loses nothing either: leases expire). Its settings, URL
+policy and metrics come from the plugin's state (``state.WEBHOOKS``). Message: ``Wake`` (cast
+by ``wake_dispatcher`` after a commit) makes it look for due deliveries at once; it takes no
+other message.
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ from typing import Any
 
 import httpx
 import trio
-from prometheus_client import Counter as MetricCounter
-from prometheus_client import Gauge, Histogram
 
 from plugins.webhooks.backoff import retry_delay
 from plugins.webhooks.outbox import (
@@ -42,7 +42,7 @@ from plugins.webhooks.outbox import (
     settle,
 )
 from plugins.webhooks.sender import open_client, send_attempt
-from plugins.webhooks.settings import WebhooksSettings
+from plugins.webhooks.state import WEBHOOKS, WebhooksState
 from runtime.actors import ActorSpec, Mailbox
 from runtime.errors import Unavailable
 from runtime.service import Service
@@ -68,43 +68,30 @@ def wake_dispatcher(service: Service) -> None:
         address.try_cast(Wake())
 
 
-class DispatcherMetrics:
-    """The dispatcher's Prometheus collectors, created once per service."""
-
-    def __init__(self, service: Service) -> None:
-        registry = service.metrics.registry
-        self.attempts = MetricCounter(
-            "flowsvc_webhook_attempts", "Webhook delivery attempts by how they settled "
-            "(delivered, retry, failed, stale)", ["outcome"], registry=registry)
-        self.seconds = Histogram(
-            "flowsvc_webhook_attempt_seconds", "Duration of webhook delivery attempts",
-            registry=registry, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.in_flight = Gauge("flowsvc_webhook_in_flight", "Webhook attempts being sent",
-                               registry=registry)
-
-
 class _Dispatcher:
     """The state of one run of the actor (a restart builds a new one)."""
 
-    def __init__(self, service: Service, settings: WebhooksSettings, owner: str,
-                 metrics: DispatcherMetrics, client: httpx.AsyncClient) -> None:
+    def __init__(self, service: Service, state: WebhooksState, owner: str,
+                 client: httpx.AsyncClient) -> None:
         self.service = service
         self.client = client
-        self.settings = settings
+        self.settings = state.settings
         self.owner = owner
-        self.metrics = metrics
-        self.policy = settings.url_policy()
+        self.metrics = state.metrics
+        self.policy = state.policy
         self.wake = trio.Event()
         self.in_flight = 0
         self.by_host: Counter[str] = Counter()
         self.outcomes_in, self.outcomes_out = trio.open_memory_channel[Outcome](
-            settings.max_concurrency)
+            state.settings.max_concurrency)
 
     async def listen(self, mailbox: Mailbox) -> None:
         async for envelope in mailbox:
-            if not isinstance(envelope.message, Wake):
-                raise TypeError(f"{DISPATCHER} does not understand {envelope.message!r}")
-            self.wake.set()
+            match envelope.message:
+                case Wake():
+                    self.wake.set()
+                case other:
+                    raise TypeError(f"{DISPATCHER} does not understand {other!r}")
 
     async def claim_loop(self, nursery: trio.Nursery) -> None:
         settings = self.settings
@@ -219,10 +206,11 @@ class _Dispatcher:
                 await self.stop()
 
 
-def dispatcher_actor(service: Service, settings: WebhooksSettings) -> ActorSpec:
+def dispatcher_actor(service: Service) -> ActorSpec:
     """The ``webhooks.dispatcher`` actor of ``service``."""
     owner = secrets.token_hex(8)  # this process's claims; survives restarts of the actor
-    metrics = DispatcherMetrics(service)
+    state = service.state(WEBHOOKS)
+    settings = state.settings
 
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
@@ -230,6 +218,6 @@ def dispatcher_actor(service: Service, settings: WebhooksSettings) -> ActorSpec:
         await service.db.write(release_claims, owner)
         async with open_client(max_connections=settings.max_concurrency,
                                timeout=settings.timeout_seconds) as client:
-            await _Dispatcher(service, settings, owner, metrics, client).serve(mailbox, task_status)
+            await _Dispatcher(service, state, owner, client).serve(mailbox, task_status)
 
     return ActorSpec(name=DISPATCHER, run=run, mailbox_size=16, shutdown_timeout=10.0)

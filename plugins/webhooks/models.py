@@ -35,7 +35,8 @@ class WebhookOut(BaseModel):
     created_at: str
     last_error: str | None
     last_error_at: str | None
-    secret: str | None = Field(None, description="only when created or rotated")
+    secret: str | None = Field(None, description="only when created or rotated; not in the "
+                               "replay of a repeated Idempotency-Key")
 
 
 class WebhookResponse(BaseModel):

@@ -1,16 +1,22 @@
 """Routes of the webhooks plugin: /me/webhooks and everything under it.
 
 Every route needs a caller (session, bearer or ``x-api-key``) and sees only the caller's own
-subscriptions; another user's subscription answers 404 like a missing one.
+subscriptions; another user's subscription answers 404 like a missing one. Views are
+module-level functions on ``blueprint``; they find the service with ``current_service()`` and
+the plugin's settings and URL policy with ``service.state(WEBHOOKS)``.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 from urllib.parse import urlsplit
 
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_querystring, validate_request
+from sqlalchemy import Connection
 
 from plugins.webhooks.deliveries import list_deliveries, recover, redeliver, send_ping
 from plugins.webhooks.dispatcher import wake_dispatcher
@@ -26,8 +32,9 @@ from plugins.webhooks.models import (
     WebhookListResponse,
     WebhookResponse,
 )
-from plugins.webhooks.settings import settings_of
+from plugins.webhooks.state import WEBHOOKS
 from plugins.webhooks.subscriptions import (
+    Subscription,
     create_subscription,
     delete_subscription,
     get_subscription,
@@ -35,9 +42,10 @@ from plugins.webhooks.subscriptions import (
     rotate_secret,
 )
 from plugins.webhooks.urlguard import UnsafeUrlError, UrlPolicy, normalize_host, resolve_and_check
-from runtime.context import require_user
+from runtime import idempotency
+from runtime.context import current_context, require_user
 from runtime.errors import InvalidRequest
-from runtime.http import json_response
+from runtime.http import current_service, json_response
 from runtime.service import Service
 from runtime.wire import utcnow
 
@@ -72,110 +80,148 @@ async def vetted_host(url: str, policy: UrlPolicy) -> str:
     return normalize_host(urlsplit(url).hostname or "")
 
 
-def build_blueprint(service: Service) -> Blueprint:
-    blueprint = Blueprint("webhooks", __name__)
-    settings = settings_of(service)
-    policy = settings.url_policy()
-    retries = settings.max_retries
+async def _with_secret(status: int, change: Callable[..., Subscription], *args: Any
+                       ) -> Response:
+    """Run ``change(connection, *args)`` (it makes a secret) and answer ``status`` with the
+    webhook and its new secret.
 
-    @blueprint.post("/me/webhooks")
-    @validate_request(CreateWebhookRequest)
-    @document_response(WebhookResponse, 201)
-    async def create(data: CreateWebhookRequest) -> Response:
-        """Subscribe a URL to events; the answer holds the signing secret, shown only here."""
-        principal = require_user()
-        events = known_events(service, data.events)
-        host = await vetted_host(data.url, policy)
-        subscription = await service.db.write(create_subscription, principal.user_id, data.url,
-                                              host, events, settings.max_subscriptions)
-        return json_response({"webhook": subscription.public(with_secret=True)}, 201)
+    The pipeline would store this answer, secret included, for a request repeated with the
+    same ``Idempotency-Key``. So this takes the claim over and stores the replay itself,
+    without the secret, in the transaction of the change. A change that fails gives the claim
+    back: the pipeline stores the error answer (or releases the key after a 5xx) as usual.
+    """
+    context = current_context()
+    claimed = context.take_idempotency()
 
-    @blueprint.get("/me/webhooks")
-    @document_response(WebhookListResponse, 200)
-    async def list_webhooks() -> Response:
-        """The caller's subscriptions, with ``last_error`` (never the secret)."""
-        principal = require_user()
-        found = await service.db.read(list_subscriptions, principal.user_id)
-        return json_response({"webhooks": [subscription.public() for subscription in found]})
+    def apply(connection: Connection) -> Subscription:
+        subscription = change(connection, *args)
+        if claimed is not None:
+            replay = json.dumps({"webhook": subscription.public()}, separators=(",", ":"))
+            idempotency.complete(connection, *claimed, idempotency.StoredResponse(
+                status, replay.encode(), "application/json"))
+        return subscription
 
-    @blueprint.get("/me/webhooks/events")
-    @document_response(EventTypesResponse, 200)
-    async def event_types() -> Response:
-        """The catalogue of subscribable events, as the enabled plugins declare them."""
-        require_user()
-        return json_response({"events": [
-            {"name": event.name, "description": event.description}
-            for event in sorted(service.event_types.values(), key=lambda e: e.name)]})
+    try:
+        subscription = await current_service().db.write(apply)
+    except BaseException:
+        context.idempotency = claimed
+        raise
+    return json_response({"webhook": subscription.public(with_secret=True)}, status)
 
-    @blueprint.get("/me/webhooks/<int:webhook_id>")
-    @document_response(WebhookResponse, 200)
-    async def get_webhook(webhook_id: int) -> Response:
-        """One subscription."""
-        principal = require_user()
-        found = await service.db.read(get_subscription, principal.user_id, webhook_id)
-        return json_response({"webhook": found.public()})
 
-    @blueprint.delete("/me/webhooks/<int:webhook_id>")
-    async def delete_webhook(webhook_id: int) -> Response:
-        """Delete a subscription; its pending deliveries are not sent any more (204)."""
-        principal = require_user()
-        await service.db.write(delete_subscription, principal.user_id, webhook_id)
-        return Response("", status=204)
+async def _scheduled(name: str, schedule: Callable[..., Any], *args: Any) -> Response:
+    """Run ``schedule(connection, *args, max_retries)`` in a transaction that queues
+    deliveries, wake the dispatcher, and answer 202 ``{name: <what it returned>}``."""
+    service = current_service()
+    result = await service.db.write(schedule, *args,
+                                    service.state(WEBHOOKS).settings.max_retries)
+    wake_dispatcher(service)
+    return json_response({name: result}, 202)
 
-    @blueprint.post("/me/webhooks/<int:webhook_id>/rotate-secret")
-    @document_response(WebhookResponse, 200)
-    async def rotate(webhook_id: int) -> Response:
-        """Replace the secret; the old one keeps signing for ``secret_overlap_seconds``."""
-        principal = require_user()
-        rotated = await service.db.write(rotate_secret, principal.user_id, webhook_id,
-                                         settings.secret_overlap_seconds)
-        return json_response({"webhook": rotated.public(with_secret=True)})
 
-    @blueprint.post("/me/webhooks/<int:webhook_id>/test")
-    @document_response(DeliveryResponse, 202)
-    async def test_ping(webhook_id: int) -> Response:
-        """Send a ``webhook.ping`` event to this subscription, signed like any other (202)."""
-        principal = require_user()
-        delivery = await service.db.write(send_ping, principal.user_id, webhook_id, retries)
-        wake_dispatcher(service)
-        return json_response({"delivery": delivery}, 202)
+blueprint = Blueprint("webhooks", __name__)
 
-    @blueprint.get("/me/webhooks/<int:webhook_id>/deliveries")
-    @validate_querystring(DeliveriesQuery)
-    @document_response(DeliveryListResponse, 200)
-    async def deliveries(webhook_id: int, query_args: DeliveriesQuery) -> Response:
-        """Recent deliveries, newest first, each with its attempts (status, error, timing)."""
-        principal = require_user()
-        items, cursor = await service.db.read(
-            partial(list_deliveries, limit=min(query_args.limit, MAX_PAGE),
-                    before=int(query_args.cursor) if query_args.cursor else None,
-                    state=query_args.state),
-            principal.user_id, webhook_id)
-        return json_response({"deliveries": items, "nextCursor": cursor})
 
-    @blueprint.post("/me/webhooks/<int:webhook_id>/deliveries/<event_id>/redeliver")
-    @document_response(DeliveryResponse, 202)
-    async def redeliver_event(webhook_id: int, event_id: str) -> Response:
-        """Send one event to this subscription again, with a fresh retry schedule (202)."""
-        principal = require_user()
-        delivery = await service.db.write(redeliver, principal.user_id, webhook_id, event_id,
-                                          retries)
-        wake_dispatcher(service)
-        return json_response({"delivery": delivery}, 202)
+@blueprint.post("/me/webhooks")
+@validate_request(CreateWebhookRequest)
+@document_response(WebhookResponse, 201)
+async def create(data: CreateWebhookRequest) -> Response:
+    """Subscribe a URL to events; the answer holds the signing secret, shown only here."""
+    service = current_service()
+    principal = require_user()
+    state = service.state(WEBHOOKS)
+    events = known_events(service, data.events)
+    host = await vetted_host(data.url, state.policy)
+    return await _with_secret(201, create_subscription, principal.user_id, data.url, host,
+                              events, state.settings.max_subscriptions)
 
-    @blueprint.post("/me/webhooks/<int:webhook_id>/recover")
-    @validate_request(RecoverRequest)
-    @document_response(RecoverResponse, 202)
-    async def recover_failed(webhook_id: int, data: RecoverRequest) -> Response:
-        """Re-send every failed delivery of events created since ``since`` (until ``until``)."""
-        principal = require_user()
-        until = data.until or utcnow()
-        if data.since >= until:
-            raise InvalidRequest("since must be before until", details=[
-                {"field": "since", "message": "must be before until (default: now)"}])
-        recovered = await service.db.write(recover, principal.user_id, webhook_id, data.since,
-                                           until, retries)
-        wake_dispatcher(service)
-        return json_response({"recovered": recovered}, 202)
 
-    return blueprint
+@blueprint.get("/me/webhooks")
+@document_response(WebhookListResponse, 200)
+async def list_webhooks() -> Response:
+    """The caller's subscriptions, with ``last_error`` (never the secret)."""
+    principal = require_user()
+    found = await current_service().db.read(list_subscriptions, principal.user_id)
+    return json_response({"webhooks": [subscription.public() for subscription in found]})
+
+
+@blueprint.get("/me/webhooks/events")
+@document_response(EventTypesResponse, 200)
+async def event_types() -> Response:
+    """The catalogue of subscribable events, as the enabled plugins declare them."""
+    require_user()
+    return json_response({"events": [
+        {"name": event.name, "description": event.description}
+        for event in sorted(current_service().event_types.values(), key=lambda e: e.name)]})
+
+
+@blueprint.get("/me/webhooks/<int:webhook_id>")
+@document_response(WebhookResponse, 200)
+async def get_webhook(webhook_id: int) -> Response:
+    """One subscription."""
+    principal = require_user()
+    found = await current_service().db.read(get_subscription, principal.user_id, webhook_id)
+    return json_response({"webhook": found.public()})
+
+
+@blueprint.delete("/me/webhooks/<int:webhook_id>")
+async def delete_webhook(webhook_id: int) -> Response:
+    """Delete a subscription; its pending deliveries are not sent any more (204)."""
+    principal = require_user()
+    await current_service().db.write(delete_subscription, principal.user_id, webhook_id)
+    return Response("", status=204)
+
+
+@blueprint.post("/me/webhooks/<int:webhook_id>/rotate-secret")
+@document_response(WebhookResponse, 200)
+async def rotate(webhook_id: int) -> Response:
+    """Replace the secret; the old one keeps signing for ``secret_overlap_seconds``."""
+    service = current_service()
+    principal = require_user()
+    return await _with_secret(200, rotate_secret, principal.user_id, webhook_id,
+                              service.state(WEBHOOKS).settings.secret_overlap_seconds)
+
+
+@blueprint.post("/me/webhooks/<int:webhook_id>/test")
+@document_response(DeliveryResponse, 202)
+async def test_ping(webhook_id: int) -> Response:
+    """Send a ``webhook.ping`` event to this subscription, signed like any other (202)."""
+    principal = require_user()
+    return await _scheduled("delivery", send_ping, principal.user_id, webhook_id)
+
+
+@blueprint.get("/me/webhooks/<int:webhook_id>/deliveries")
+@validate_querystring(DeliveriesQuery)
+@document_response(DeliveryListResponse, 200)
+async def deliveries(webhook_id: int, query_args: DeliveriesQuery) -> Response:
+    """Recent deliveries, newest first, each with its attempts (status, error, timing)."""
+    principal = require_user()
+    items, cursor = await current_service().db.read(
+        partial(list_deliveries, limit=min(query_args.limit, MAX_PAGE),
+                before=int(query_args.cursor) if query_args.cursor else None,
+                state=query_args.state),
+        principal.user_id, webhook_id)
+    return json_response({"deliveries": items, "nextCursor": cursor})
+
+
+@blueprint.post("/me/webhooks/<int:webhook_id>/deliveries/<event_id>/redeliver")
+@document_response(DeliveryResponse, 202)
+async def redeliver_event(webhook_id: int, event_id: str) -> Response:
+    """Send one event to this subscription again, with a fresh retry schedule (202)."""
+    principal = require_user()
+    return await _scheduled("delivery", redeliver, principal.user_id, webhook_id, event_id)
+
+
+@blueprint.post("/me/webhooks/<int:webhook_id>/recover")
+@validate_request(RecoverRequest)
+@document_response(RecoverResponse, 202)
+async def recover_failed(webhook_id: int, data: RecoverRequest) -> Response:
+    """Re-send every failed delivery of events created since ``since`` (until ``until``)."""
+    principal = require_user()
+    until = data.until or utcnow()
+    if data.since >= until:
+        raise InvalidRequest("since must be before until", details=[
+            {"field": "since", "message": "must be before until (default: now)"}])
+    return await _scheduled("recovered", recover, principal.user_id, webhook_id, data.since,
+                            until)
+

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator, model_validator
 
 from plugins.webhooks.urlguard import UrlPolicy
 from runtime.config import Section
-
-if TYPE_CHECKING:
-    from runtime.service import Service
 
 
 class WebhooksSettings(Section):
@@ -67,8 +63,3 @@ class WebhooksSettings(Section):
         """The SSRF policy these settings describe."""
         return UrlPolicy.build(allow_http=self.allow_http, allowed_hosts=self.allowed_hosts,
                                allowed_networks=self.allowed_networks)
-
-
-def settings_of(service: Service) -> WebhooksSettings:
-    """The validated ``[plugins.webhooks]`` table of ``service``."""
-    return service.plugin_settings("webhooks", WebhooksSettings)

@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import trio
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 from plugins.webhooks.signing import verify_delivery
-from plugins.webhooks.tables import events
+from plugins.webhooks.tables import events, subscriptions
+from runtime.idempotency import idempotency_keys
 from runtime.principal import SESSION_COOKIE
 from runtime.wire import iso
 from tests.support.events import emit_now
@@ -154,6 +155,46 @@ async def test_a_rotated_secret_signs_beside_the_old_one_during_the_overlap(
     assert header.count("v1=") == 2 and request.headers["webhook-signature"].count("v1,") == 2
     verify_delivery(request.body, header, new_secret)
     verify_delivery(request.body, header, webhook["secret"])
+
+
+async def test_a_repeated_creation_or_rotation_replays_the_webhook_without_its_secret(
+        tmp_path: Path, database_url: str) -> None:
+    env = webhook_env(tmp_path / "var", database_url)
+    body = {"url": "http://127.0.0.1:9/once", "events": []}
+    async with running_server(make_settings(env), env) as running, client(running) as http:
+        await sign_in(http)
+        created, created_again = [await http.post(
+            "/me/webhooks", json=body, headers={"Idempotency-Key": "create-once"})
+            for _ in range(2)]
+        rotate = f"/me/webhooks/{created.json()['webhook']['id']}/rotate-secret"
+        rotated, rotated_again = [await http.post(rotate, headers={"Idempotency-Key": "rotate"})
+                                  for _ in range(2)]
+        missing = [await http.post("/me/webhooks/999999/rotate-secret",
+                                   headers={"Idempotency-Key": "rotate-missing"})
+                   for _ in range(2)]
+        listed = (await http.get("/me/webhooks")).json()["webhooks"]
+
+        def read_back(connection: Connection) -> tuple[list[bytes], str]:
+            stored = connection.execute(select(idempotency_keys.c.body)).scalars().all()
+            secret = connection.execute(select(subscriptions.c.secret)).scalar_one()
+            return [bytes(item) for item in stored], secret
+
+        stored, current_secret = await running.service.db.read(read_back)
+
+    secrets = [created.json()["webhook"]["secret"], rotated.json()["webhook"]["secret"]]
+    assert created.status_code == created_again.status_code == 201
+    assert rotated.status_code == rotated_again.status_code == 200
+    for first, again in ((created, created_again), (rotated, rotated_again)):
+        assert again.headers["Idempotent-Replayed"] == "true"
+        assert "secret" not in again.json()["webhook"] and "whsec_" not in again.text
+        assert again.json() == {"webhook": {
+            name: value for name, value in first.json()["webhook"].items() if name != "secret"}}
+    assert [item["id"] for item in listed] == [created.json()["webhook"]["id"]]
+    assert current_secret == secrets[1]  # the replay rotated nothing
+    assert [answer.status_code for answer in missing] == [404, 404]
+    assert missing[1].headers["Idempotent-Replayed"] == "true"
+    assert len(stored) == 3 and all(b"whsec_" not in item for item in stored)
+    assert not any(secret.encode() in item for item in stored for secret in secrets)
 
 
 async def test_history_pages_and_redelivery_and_recovery_resend_failed_events(
