@@ -7,14 +7,20 @@ fingerprint of the request for ``limits.idempotency_hours``. A repeat gets the s
 status and body with ``Idempotent-Replayed: true``; a repeat with another request gets
 422 ``idempotency_key_reused``; a repeat while the first still runs gets 409
 ``idempotency_in_progress``. A 5xx answer releases the key so the client can retry.
+
+A route whose answer holds a secret shown once (a raw API key, a webhook secret) must not
+have it stored: it writes through ``write_with_replay``, which stores a replay without the
+secret in the transaction of the change itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
     Column,
@@ -34,6 +40,12 @@ from sqlalchemy.exc import IntegrityError
 from runtime.errors import IdempotencyInProgress, IdempotencyKeyReused, InvalidRequest
 from runtime.users import metadata
 from runtime.wire import as_utc, utcnow
+
+if TYPE_CHECKING:
+    from runtime.context import RequestContext
+    from runtime.storage import Database
+
+T = TypeVar("T")
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -127,3 +139,28 @@ def purge_expired(connection: Connection) -> int:
     result = connection.execute(
         delete(idempotency_keys).where(idempotency_keys.c.expires_at < utcnow()))
     return result.rowcount
+
+
+async def write_with_replay(db: Database, context: RequestContext,
+                            change: Callable[..., T], replay: Callable[[T], StoredResponse],
+                            *args: Any) -> T:
+    """Run ``change(connection, *args)`` in one transaction and, when the request claimed an
+    ``Idempotency-Key``, store ``replay(result)`` for its repeats in that same transaction,
+    instead of the response the pipeline would store (which may hold a secret shown once).
+
+    A change that raises gives the claim back: the pipeline stores the error answer for the
+    repeats (or releases the key after a 5xx), as for any other request.
+    """
+    claimed = context.take_idempotency()
+
+    def apply(connection: Connection) -> T:
+        result = change(connection, *args)
+        if claimed is not None:
+            complete(connection, *claimed, replay(result))
+        return result
+
+    try:
+        return await db.write(apply)
+    except BaseException:
+        context.idempotency = claimed
+        raise

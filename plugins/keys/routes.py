@@ -181,26 +181,22 @@ async def create(data: CreateKey) -> Response:
     _check_rpm(state, data.rate_limit_rpm)
     spend_limit = await _spend_limit()
     raw_key = new_raw_key()
-    # The core would store this response, raw key included, to replay it for a repeated
-    # Idempotency-Key. The raw key must never be stored, so this route stores the
-    # replay itself, without it, in the transaction that creates the key.
-    claimed = current_context().take_idempotency()
+    # The raw key must never be stored: a repeated Idempotency-Key replays the key without it.
 
     def create_key(connection: Connection) -> KeyRecord:
-        now = utcnow()
-        record = insert_key(
+        return insert_key(
             connection, user_id=principal.user_id, name=data.name,
             rate_limit_rpm=data.rate_limit_rpm, spend_limit=spend_limit,
             spend_period=data.spend_period, raw_key=raw_key,
-            max_keys=state.settings.max_keys_per_user, now=now)
-        if claimed is not None:
-            replay = json.dumps({"key": {**record.public(0, now), "raw_key": None}},
-                                separators=(",", ":")).encode()
-            idempotency.complete(connection, *claimed, idempotency.StoredResponse(
-                201, replay, "application/json"))
-        return record
+            max_keys=state.settings.max_keys_per_user, now=utcnow())
 
-    record = await service.db.write(create_key)
+    def replay(record: KeyRecord) -> idempotency.StoredResponse:
+        body = json.dumps({"key": {**record.public(0, record.created_at), "raw_key": None}},
+                          separators=(",", ":"))
+        return idempotency.StoredResponse(201, body.encode(), "application/json")
+
+    record = await idempotency.write_with_replay(service.db, current_context(), create_key,
+                                                 replay)
     body = record.public(0, utcnow())
     return json_response({"key": {**body, "raw_key": raw_key}}, 201)
 

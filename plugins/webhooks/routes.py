@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_querystring, validate_request
-from sqlalchemy import Connection
 
 from plugins.webhooks.deliveries import list_deliveries, recover, redeliver, send_ping
 from plugins.webhooks.dispatcher import wake_dispatcher
@@ -83,29 +82,15 @@ async def vetted_host(url: str, policy: UrlPolicy) -> str:
 async def _with_secret(status: int, change: Callable[..., Subscription], *args: Any
                        ) -> Response:
     """Run ``change(connection, *args)`` (it makes a secret) and answer ``status`` with the
-    webhook and its new secret.
-
-    The pipeline would store this answer, secret included, for a request repeated with the
-    same ``Idempotency-Key``. So this takes the claim over and stores the replay itself,
-    without the secret, in the transaction of the change. A change that fails gives the claim
-    back: the pipeline stores the error answer (or releases the key after a 5xx) as usual.
+    webhook and its new secret; a repeated ``Idempotency-Key`` replays it without the secret.
     """
-    context = current_context()
-    claimed = context.take_idempotency()
 
-    def apply(connection: Connection) -> Subscription:
-        subscription = change(connection, *args)
-        if claimed is not None:
-            replay = json.dumps({"webhook": subscription.public()}, separators=(",", ":"))
-            idempotency.complete(connection, *claimed, idempotency.StoredResponse(
-                status, replay.encode(), "application/json"))
-        return subscription
+    def replay(subscription: Subscription) -> idempotency.StoredResponse:
+        body = json.dumps({"webhook": subscription.public()}, separators=(",", ":"))
+        return idempotency.StoredResponse(status, body.encode(), "application/json")
 
-    try:
-        subscription = await current_service().db.write(apply)
-    except BaseException:
-        context.idempotency = claimed
-        raise
+    subscription = await idempotency.write_with_replay(
+        current_service().db, current_context(), change, replay, *args)
     return json_response({"webhook": subscription.public(with_secret=True)}, status)
 
 

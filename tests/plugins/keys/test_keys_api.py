@@ -7,7 +7,7 @@ import re
 
 from runtime.server import Running
 from tests.support.keys import create_key
-from tests.support.server import client
+from tests.support.server import client, make_settings, running_server
 from tests.support.wallet import sign_in
 
 RAW_KEY = re.compile(r"^sk_live_[0-9a-f]{64}$")
@@ -202,3 +202,18 @@ async def test_a_repeated_creation_replays_without_the_raw_key(server: Running) 
             lambda connection: connection.exec_driver_sql(
                 "SELECT body FROM idempotency_keys").fetchall())
         assert stored and all(raw.encode() not in bytes(row[0]) for row in stored)
+
+
+async def test_a_refused_creation_replays_its_refusal(env: dict[str, str]) -> None:
+    env = {**env, "FLOWSVC_PLUGINS_KEYS_MAX_KEYS_PER_USER": "1"}
+    async with running_server(make_settings(env), env) as running, client(running) as http:
+        await sign_in(http)
+        await create_key(http, name="the only one")
+        headers = {"Idempotency-Key": "one-too-many"}
+        refused = await http.post("/me/api-keys", json={"name": "second"}, headers=headers)
+        assert refused.status_code == 409
+        assert refused.json()["error"]["code"] == "key_limit_reached"
+        again = await http.post("/me/api-keys", json={"name": "second"}, headers=headers)
+        assert again.status_code == 409  # the stored refusal, not idempotency_in_progress
+        assert again.json()["error"]["code"] == "key_limit_reached"
+        assert again.headers["Idempotent-Replayed"] == "true"
