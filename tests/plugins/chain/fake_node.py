@@ -1,0 +1,149 @@
+"""A fake JSON-RPC node on a real loopback port (HTTP/1.1 over h11, keep-alive), for the RPC
+pool's tests.
+
+It answers ``eth_chainId``, ``eth_blockNumber`` and ``eth_getLogs`` (one synthetic log per
+block) from its settings, any method from ``errors`` with that JSON-RPC error, and everything
+else with ``method not found``; batch arrays are answered item by item, reversed when
+``reverse_batches`` is set. ``script`` overrides whole HTTP answers, one per request, in order
+(a 429, a 500, a stall). Every request body is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import h11
+import trio
+
+Json = Any
+RangeError = Callable[[int, int, int], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A scripted HTTP answer: a status, headers and a JSON body (None: the normal answer),
+    after ``delay`` seconds."""
+
+    status: int = 200
+    body: Json = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class FakeNode:
+    chain_id: int = 56
+    head: int = 1_000_000
+    errors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # eth_getLogs over more than max_log_range blocks answers range_error(from, to, max).
+    max_log_range: int | None = None
+    range_error: RangeError | None = None
+    reverse_batches: bool = False
+    script: list[Answer] = field(default_factory=list)
+    requests: list[Json] = field(default_factory=list)
+    port: int = 0
+
+    def url(self, path: str = "/rpc") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def methods(self) -> list[str]:
+        """The methods asked so far, batch items included, in order."""
+        calls = [item for body in self.requests
+                 for item in (body if isinstance(body, list) else [body])]
+        return [call["method"] for call in calls]
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The JSON-RPC answer object to one request object."""
+        method, params = request["method"], request.get("params", [])
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"]}
+        if method in self.errors:
+            return {**reply, "error": self.errors[method]}
+        if method == "eth_chainId":
+            return {**reply, "result": hex(self.chain_id)}
+        if method == "eth_blockNumber":
+            return {**reply, "result": hex(self.head)}
+        if method == "eth_getLogs":
+            start, end = int(params[0]["fromBlock"], 16), int(params[0]["toBlock"], 16)
+            if self.max_log_range is not None and end - start + 1 > self.max_log_range:
+                assert self.range_error is not None
+                return {**reply, "error": self.range_error(start, end, self.max_log_range)}
+            return {**reply, "result": [synthetic_log(block) for block in range(start, end + 1)]}
+        return {**reply, "error": {"code": -32601, "message": f"the method {method} does not "
+                                                              "exist/is not available"}}
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        connection = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                body = await _read_body(connection, stream)
+                if body is None:
+                    return
+                request = json.loads(body)
+                self.requests.append(request)
+                scripted = self.script.pop(0) if self.script else Answer()
+                if scripted.delay:
+                    await trio.sleep(scripted.delay)
+                reply = scripted.body if scripted.body is not None else self._reply(request)
+                await _send(connection, stream, scripted.status, scripted.headers, reply)
+                if connection.our_state is not h11.DONE or \
+                        connection.their_state is not h11.DONE:
+                    return
+                connection.start_next_cycle()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            return
+        finally:
+            await stream.aclose()
+
+    def _reply(self, request: Json) -> Json:
+        if not isinstance(request, list):
+            return self.answer(request)
+        replies = [self.answer(item) for item in request]
+        return replies[::-1] if self.reverse_batches else replies
+
+
+def synthetic_log(block: int) -> dict[str, Any]:
+    """The one log the fake node has in ``block``."""
+    return {"blockNumber": hex(block), "logIndex": "0x0", "topics": [], "data": "0x"}
+
+
+async def _read_body(connection: h11.Connection, stream: trio.SocketStream) -> bytes | None:
+    body = bytearray()
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            connection.receive_data(await stream.receive_some(65536))
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            return bytes(body)
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+async def _send(connection: h11.Connection, stream: trio.SocketStream, status: int,
+                headers: dict[str, str], reply: Json) -> None:
+    payload = json.dumps(reply).encode()
+    head = [("content-type", "application/json"), ("content-length", str(len(payload))),
+            *headers.items()]
+    for event in (h11.Response(status_code=status, headers=head), h11.Data(data=payload),
+                  h11.EndOfMessage()):
+        await stream.send_all(connection.send(event) or b"")
+
+
+@asynccontextmanager
+async def serving(*nodes: FakeNode) -> AsyncIterator[None]:
+    """Serve every node on its own loopback port until the block ends."""
+    async with trio.open_nursery() as nursery:
+        for node in nodes:
+            listeners = await nursery.start(partial(trio.serve_tcp, node.handle, 0,
+                                                    host="127.0.0.1"))
+            node.port = listeners[0].socket.getsockname()[1]
+        try:
+            yield
+        finally:
+            nursery.cancel_scope.cancel()
