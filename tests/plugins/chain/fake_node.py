@@ -21,7 +21,7 @@ import h11
 import trio
 
 Json = Any
-RangeError = Callable[[int, int, int], dict[str, Any]]
+Range = Callable[[int, int], Any]
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,10 @@ class FakeNode:
     chain_id: int = 56
     head: int = 1_000_000
     errors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # eth_getLogs over more than max_log_range blocks answers range_error(from, to, max).
-    max_log_range: int | None = None
-    range_error: RangeError | None = None
+    # eth_getLogs from..to answers the JSON-RPC error range_error(from, to) when
+    # refuses(from, to) is true.
+    refuses: Range | None = None
+    range_error: Range | None = None
     reverse_batches: bool = False
     script: list[Answer] = field(default_factory=list)
     requests: list[Json] = field(default_factory=list)
@@ -69,9 +70,9 @@ class FakeNode:
             return {**reply, "result": hex(self.head)}
         if method == "eth_getLogs":
             start, end = int(params[0]["fromBlock"], 16), int(params[0]["toBlock"], 16)
-            if self.max_log_range is not None and end - start + 1 > self.max_log_range:
+            if self.refuses is not None and self.refuses(start, end):
                 assert self.range_error is not None
-                return {**reply, "error": self.range_error(start, end, self.max_log_range)}
+                return {**reply, "error": self.range_error(start, end)}
             return {**reply, "result": [synthetic_log(block) for block in range(start, end + 1)]}
         return {**reply, "error": {"code": -32601, "message": f"the method {method} does not "
                                                               "exist/is not available"}}
@@ -104,6 +105,11 @@ class FakeNode:
             return self.answer(request)
         replies = [self.answer(item) for item in request]
         return replies[::-1] if self.reverse_batches else replies
+
+
+def wider_than(limit: int) -> Range:
+    """A ``refuses`` for a provider that allows at most ``limit`` blocks."""
+    return lambda start, end: end - start + 1 > limit
 
 
 def synthetic_log(block: int) -> dict[str, Any]:

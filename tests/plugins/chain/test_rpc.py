@@ -31,7 +31,7 @@ from plugins.chain.rpc_errors import (
     RpcUnavailable,
 )
 from plugins.chain.rpc_metrics import RpcMetrics
-from tests.plugins.chain.fake_node import Answer, FakeNode, serving
+from tests.plugins.chain.fake_node import Answer, FakeNode, serving, wider_than
 
 
 @pytest.fixture
@@ -371,11 +371,11 @@ async def test_metrics_count_requests_and_errors_per_url_and_method(
 
 async def test_a_range_error_is_raised_without_cooling_or_failing_over(
         client: httpx.AsyncClient) -> None:
-    def alchemy(start: int, end: int, limit: int) -> dict[str, Any]:
+    def alchemy(start: int, end: int) -> dict[str, Any]:
         return {"code": -32602, "message": "Log response size exceeded. this block range "
-                f"should work: [{hex(start)}, {hex(start + limit - 1)}]"}
+                f"should work: [{hex(start)}, {hex(start + 9)}]"}
 
-    first = FakeNode(max_log_range=10, range_error=alchemy)
+    first = FakeNode(refuses=wider_than(10), range_error=alchemy)
     second = FakeNode()
     async with serving(first, second):
         pool = make_pool(client, first, second)
