@@ -11,6 +11,7 @@ else with ``method not found``; batch arrays are answered item by item, reversed
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,7 +19,10 @@ from functools import partial
 from typing import Any
 
 import h11
+import httpx
 import trio
+
+from plugins.chain.rpc import RpcPool
 
 Json = Any
 Range = Callable[[int, int], Any]
@@ -153,3 +157,14 @@ async def serving(*nodes: FakeNode) -> AsyncIterator[None]:
             yield
         finally:
             nursery.cancel_scope.cancel()
+
+
+def make_pool(client: httpx.AsyncClient, *nodes: FakeNode, **options: Any) -> RpcPool:
+    """A pool of ``nodes`` (in that order) with a seeded jitter."""
+    options.setdefault("rng", random.Random(7))
+    return RpcPool([node.url() for node in nodes], client, chain="test", **options)
+
+
+def soon(seconds: float = 30.0) -> float:
+    """A deadline ``seconds`` from now on Trio's clock."""
+    return trio.current_time() + seconds

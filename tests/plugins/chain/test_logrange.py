@@ -4,7 +4,7 @@ nodes that refuse ranges the way each provider does."""
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -122,12 +122,6 @@ STYLES: dict[str, Callable[[int, int], Any]] = {
     "generic": lambda start, end: error(-32000, f"range too large, max {LIMIT}"),
     "chainstack": lambda start, end: error(-32000, "Block range limit exceeded."),
 }
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 async def collect(pool: RpcPool, start: int, end: int, sizer: LogRangeSizer) -> list[LogChunk]:
