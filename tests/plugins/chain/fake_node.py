@@ -1,5 +1,5 @@
-"""A fake JSON-RPC node on a real loopback port (HTTP/1.1 over h11, keep-alive), for the RPC
-pool's tests.
+"""A fake JSON-RPC node on a real loopback port (a tiny ASGI app served by hypercorn in the
+test's nursery), for the RPC pool's tests.
 
 It answers ``eth_chainId``, ``eth_blockNumber`` and ``eth_getLogs`` (one synthetic log per
 block) from its settings, any method from ``errors`` with that JSON-RPC error, and everything
@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-import h11
 import httpx
 import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from hypercorn.typing import ASGIReceiveCallable as Receive
+from hypercorn.typing import ASGISendCallable as Send
 
 from plugins.chain.rpc import RpcPool
 
@@ -81,28 +84,30 @@ class FakeNode:
         return {**reply, "error": {"code": -32601, "message": f"the method {method} does not "
                                                               "exist/is not available"}}
 
-    async def handle(self, stream: trio.SocketStream) -> None:
-        connection = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                body = await _read_body(connection, stream)
-                if body is None:
-                    return
-                request = json.loads(body)
-                self.requests.append(request)
-                scripted = self.script.pop(0) if self.script else Answer()
-                if scripted.delay:
-                    await trio.sleep(scripted.delay)
-                reply = scripted.body if scripted.body is not None else self._reply(request)
-                await _send(connection, stream, scripted.status, scripted.headers, reply)
-                if connection.our_state is not h11.DONE or \
-                        connection.their_state is not h11.DONE:
-                    return
-                connection.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+    async def app(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        """The ASGI application: JSON-RPC over HTTP POST, whatever the path."""
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
             return
-        finally:
-            await stream.aclose()
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        request = json.loads(body)
+        self.requests.append(request)
+        scripted = self.script.pop(0) if self.script else Answer()
+        if scripted.delay:
+            await trio.sleep(scripted.delay)
+        reply = scripted.body if scripted.body is not None else self._reply(request)
+        headers = [(b"content-type", b"application/json"),
+                   *((name.encode(), value.encode()) for name, value in scripted.headers.items())]
+        await send({"type": "http.response.start", "status": scripted.status,
+                    "headers": headers})
+        await send({"type": "http.response.body", "body": json.dumps(reply).encode()})
 
     def _reply(self, request: Json) -> Json:
         if not isinstance(request, list):
@@ -121,38 +126,19 @@ def synthetic_log(block: int) -> dict[str, Any]:
     return {"blockNumber": hex(block), "logIndex": "0x0", "topics": [], "data": "0x"}
 
 
-async def _read_body(connection: h11.Connection, stream: trio.SocketStream) -> bytes | None:
-    body = bytearray()
-    while True:
-        event = connection.next_event()
-        if event is h11.NEED_DATA:
-            connection.receive_data(await stream.receive_some(65536))
-        elif isinstance(event, h11.Data):
-            body += event.data
-        elif isinstance(event, h11.EndOfMessage):
-            return bytes(body)
-        elif isinstance(event, h11.ConnectionClosed):
-            return None
-
-
-async def _send(connection: h11.Connection, stream: trio.SocketStream, status: int,
-                headers: dict[str, str], reply: Json) -> None:
-    payload = json.dumps(reply).encode()
-    head = [("content-type", "application/json"), ("content-length", str(len(payload))),
-            *headers.items()]
-    for event in (h11.Response(status_code=status, headers=head), h11.Data(data=payload),
-                  h11.EndOfMessage()):
-        await stream.send_all(connection.send(event) or b"")
-
-
 @asynccontextmanager
 async def serving(*nodes: FakeNode) -> AsyncIterator[None]:
     """Serve every node on its own loopback port until the block ends."""
     async with trio.open_nursery() as nursery:
         for node in nodes:
-            listeners = await nursery.start(partial(trio.serve_tcp, node.handle, 0,
-                                                    host="127.0.0.1"))
-            node.port = listeners[0].socket.getsockname()[1]
+            config = Config()
+            config.bind = ["127.0.0.1:0"]
+            config.accesslog = None
+            # Tests jump a mock clock by minutes: idle connections must outlive such jumps.
+            config.keep_alive_timeout = 3600
+            binds = await nursery.start(partial(serve, node.app, config,
+                                                shutdown_trigger=trio.sleep_forever))
+            node.port = int(binds[0].rpartition(":")[2])
         try:
             yield
         finally:
