@@ -78,7 +78,9 @@ class RpcPool:
     async def batch(self, calls: Sequence[tuple[str, Sequence[Any]]], *,
                     deadline: float) -> list[BatchAnswer]:
         """Send ``calls`` as one JSON-RPC batch to one URL (failing over as a whole) and return
-        their answers in order. Raises as ``call``."""
+        their answers in order (none for no calls). Raises as ``call``."""
+        if not calls:
+            return []
         return await self.run(
             lambda endpoint, until: endpoint.batch(calls, deadline=until), deadline=deadline)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from eth_utils.address import to_checksum_address
 
@@ -27,8 +27,7 @@ from plugins.chain.contracts import (
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Call3:
+class Call3(NamedTuple):
     """One call of ``aggregate3``: with ``allow_failure`` a revert fails only this call."""
 
     target: str
@@ -36,8 +35,7 @@ class Call3:
     call_data: bytes
 
 
-@dataclass(frozen=True)
-class Result3:
+class Result3(NamedTuple):
     """One answer of ``aggregate3``: ``success`` False means the call reverted."""
 
     success: bool
@@ -200,11 +198,11 @@ PAIR_ASSET_BALANCE = _view(FPAIR, "assetBalance", _uint)
 _AGGREGATE3 = MULTICALL3.functions["aggregate3"]
 
 
-def aggregate3_call_data(calls: Sequence[Call3]) -> bytes:
-    """Return the call data of ``aggregate3(calls)`` (selector ``0x82ad56cb``), to send with
-    ``eth_call`` to Multicall3. Raises eth_abi's ``EncodingError`` for a bad target."""
-    return _AGGREGATE3.encode([(call.target, call.allow_failure, call.call_data)
-                               for call in calls])
+def aggregate3_call_data(calls: Sequence[tuple[str, bool, bytes]]) -> bytes:
+    """Return the call data of ``aggregate3(calls)`` (selector ``0x82ad56cb``) for calls of
+    (target, allow failure, call data), such as ``Call3``, to send with ``eth_call`` to
+    Multicall3. Raises eth_abi's ``EncodingError`` for a bad target."""
+    return _AGGREGATE3.encode(list(calls))
 
 
 def decode_aggregate3(data: bytes) -> list[Result3]:

@@ -88,6 +88,13 @@ async def test_batch_answers_are_matched_by_id_even_out_of_order(
     assert len(node.requests) == 1 and isinstance(node.requests[0], list)
 
 
+async def test_an_empty_batch_sends_nothing(client: httpx.AsyncClient) -> None:
+    node = FakeNode()
+    async with serving(node):
+        assert await make_pool(client, node).batch([], deadline=soon()) == []
+    assert node.requests == []
+
+
 async def test_a_transient_item_fails_the_whole_batch_over(client: httpx.AsyncClient) -> None:
     first = FakeNode(head=1, errors={"eth_blockNumber": {"code": -32000,
                                                          "message": "header not found"}})

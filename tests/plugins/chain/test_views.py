@@ -106,8 +106,9 @@ def test_aggregate3_encodes_as_web3_does_and_round_trips() -> None:
                                                                          allow_failure=False)]
     call_data = aggregate3_call_data(calls)
     assert call_data[:4].hex() == "82ad56cb"
+    assert aggregate3_call_data([tuple(call) for call in calls]) == call_data  # plain tuples
     contract = web3_contract(MULTICALL3.abi)
-    as_tuples = [(call.target, call.allow_failure, call.call_data) for call in calls]
+    as_tuples = [tuple(call) for call in calls]
     assert "0x" + call_data.hex() == contract.encode_abi("aggregate3", [as_tuples])
     (decoded,) = decode(["(address,bool,bytes)[]"], call_data[4:])
     assert [(to_checksum_address(target), allow, data) for target, allow, data in decoded] == (
