@@ -3,6 +3,8 @@ matched by id, and what the metrics count."""
 
 from __future__ import annotations
 
+import gc
+from functools import partial
 from typing import Any
 
 import httpx
@@ -10,10 +12,12 @@ import pytest
 import trio
 from prometheus_client import CollectorRegistry
 
+from plugins.chain.rpc import RpcPool
 from plugins.chain.rpc_errors import (
     ExecutionReverted,
     LogRangeTooLarge,
     RpcDeterministicError,
+    RpcUnavailable,
 )
 from plugins.chain.rpc_metrics import RpcMetrics
 from tests.plugins.chain.fake_node import Answer, FakeNode, make_pool, serving, soon, wider_than
@@ -162,3 +166,21 @@ async def test_a_range_error_is_raised_without_cooling_or_failing_over(
     assert raised.value.url == pool.endpoints[0].label
     assert pool.endpoints[0].health.available(trio.current_time())
     assert second.requests == []
+
+
+async def test_a_request_cancelled_while_sending_leaves_nothing_unfinished(
+        client: httpx.AsyncClient) -> None:
+    async def never_reads(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, never_reads, 0,
+                                                host="127.0.0.1"))
+        pool = RpcPool([f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}/"], client,
+                       attempt_timeout=0.3)
+        # A body far larger than the socket buffers: the deadline strikes mid-send.
+        with pytest.raises(RpcUnavailable, match="deadline"):
+            await pool.call("eth_call", ["0x" + "00" * 10_000_000], deadline=soon())
+        # An unfinished body stream would warn here (warnings are errors in this suite).
+        gc.collect()
+        nursery.cancel_scope.cancel()
