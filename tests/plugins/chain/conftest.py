@@ -1,10 +1,12 @@
 """Fixtures of the chain tests: one anvil per test module with the reference stack deployed,
-and per test a connection to it and a dpnm instance of its own."""
+per test a connection to it and a dpnm instance of its own, and the httpx client a test's
+RPC pools send through."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 import trio
 
@@ -42,3 +44,10 @@ async def chain(anvil: Anvil) -> AsyncIterator[Chain]:
 async def dpnm(chain: Chain, deployment: Deployment) -> Dpnm:
     """A fresh dpnm instance: its own pool, tree and root."""
     return await launch_dpnm(chain, deployment.platform)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """The httpx client a test's RPC pools send through."""
+    async with httpx.AsyncClient() as client:
+        yield client

@@ -1,0 +1,60 @@
+"""What the RPC pool reports about each request: a small observer interface and its
+Prometheus implementation.
+
+The service owns one ``CollectorRegistry`` per instance, so collectors are created from the
+registry passed in (once per registry: two chains share them and differ by the ``chain``
+label), never on the global registry.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class RpcObserver(Protocol):
+    """Receives one call per HTTP request a pool makes (a batch is one request)."""
+
+    def observe(self, url: str, method: str, outcome: str, seconds: float) -> None:
+        """Record a request to the redacted ``url`` for ``method`` (``batch`` for a batch) that
+        ended with ``outcome`` (``ok`` or an error label) after ``seconds``."""
+
+
+class NullObserver:
+    """Records nothing: the observer of a pool built without metrics."""
+
+    def observe(self, url: str, method: str, outcome: str, seconds: float) -> None:
+        """Ignore the request."""
+
+
+class RpcMetrics:
+    """The Prometheus collectors of chain RPC traffic, registered on ``registry``.
+
+    Raises ``ValueError`` (from prometheus_client) if they are already registered there:
+    create one ``RpcMetrics`` per registry and call ``for_chain`` for each chain.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "flowsvc_chain_rpc_requests", "Chain JSON-RPC requests by chain, URL (redacted), "
+            "method and outcome (ok, or the error's label)",
+            ["chain", "url", "method", "outcome"], registry=registry)
+        self.seconds = Histogram(
+            "flowsvc_chain_rpc_seconds", "Chain JSON-RPC request latency by chain, URL and method",
+            ["chain", "url", "method"], registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+    def for_chain(self, chain: str) -> RpcObserver:
+        """Return the observer a pool of ``chain`` reports to."""
+        return _ChainObserver(self, chain)
+
+
+class _ChainObserver:
+    def __init__(self, metrics: RpcMetrics, chain: str) -> None:
+        self.metrics = metrics
+        self.chain = chain
+
+    def observe(self, url: str, method: str, outcome: str, seconds: float) -> None:
+        self.metrics.requests.labels(self.chain, url, method, outcome).inc()
+        self.metrics.seconds.labels(self.chain, url, method).observe(seconds)
