@@ -1,18 +1,235 @@
-"""The early-response guard alone, around an app that behaves like quart-trio.
+"""Early answers (401, 405, 413) before the request body has arrived, over a real server.
 
-A fake hypercorn queues the request body and, like hypercorn, tells the app
-``http.disconnect`` inside the send of the last response message.
+Each test speaks raw HTTP/1.1 on one kept-alive connection: the request head and part of its
+body, the early answer, then the rest of the body and a second request. Without
+``runtime.early_response`` the second request is never answered and the connection never
+closed (docs/hypercorn-early-response.md); the tests fail on a deadline instead of hanging.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from runtime.early_response import guard_early_responses
+from runtime.server import Running
+from tests.support.server import make_settings, running_server, settings_env
+
+MAX_BODY = 4096
+ADDRESS = "0x" + "ab" * 20
+DEADLINE = 20  # seconds for one answer, or for the close; generous for a loaded machine
+
+
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[Running]:
+    env = settings_env(tmp_path / "var", database_url=f"sqlite:///{tmp_path / 'flowsvc.db'}",
+                       plugins=["auth"],
+                       extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
+                              "FLOWSVC_SERVICE_MAX_BODY_BYTES": str(MAX_BODY)})
+    async with running_server(make_settings(env), env) as served:
+        yield served
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def error_code(self) -> str:
+        code: str = json.loads(self.body)["error"]["code"]
+        return code
+
+
+class RawConnection:
+    """One HTTP/1.1 connection spoken by hand; every read fails after ``DEADLINE``."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def answer(self) -> Answer:
+        """The next response (with a Content-Length body); fails if it does not come."""
+        with trio.move_on_after(DEADLINE):
+            while True:
+                head, separator, rest = self.buffer.partition(b"\r\n\r\n")
+                length = re.search(rb"(?im)^content-length: *(\d+)", head)
+                if separator and length and len(rest) >= int(length.group(1)):
+                    self.buffer = rest[int(length.group(1)):]
+                    return _parse(head, rest[:int(length.group(1))])
+                chunk = await self.stream.receive_some(65536)
+                if not chunk:
+                    pytest.fail(f"the server closed the connection instead of answering; "
+                                f"received {self.buffer!r}")
+                self.buffer += chunk
+        pytest.fail(f"no answer within {DEADLINE} s: the connection hangs; "
+                    f"received {self.buffer!r}")
+
+    async def closed_by_server(self) -> bool:
+        """Whether the server closes the connection (end of stream or reset) in time."""
+        with trio.move_on_after(DEADLINE):
+            try:
+                while chunk := await self.stream.receive_some(65536):
+                    self.buffer += chunk
+            except trio.BrokenResourceError:
+                pass  # a reset: the server closed with our unread bytes in its buffer
+            return True
+        return False
+
+
+def _parse(head: bytes, body: bytes) -> Answer:
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return Answer(int(status_line.split()[1]), headers, body)
+
+
+async def _connect(running: Running) -> trio.SocketStream:
+    host, port = running.base_url.removeprefix("http://").rsplit(":", 1)
+    return await trio.open_tcp_stream(host, int(port))
+
+
+def _head(method: str, path: str, *, length: int | None = None) -> bytes:
+    """A request head with a body of ``length`` bytes, or a chunked one."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: flowsvc.test",
+             "Content-Type: application/json"]
+    lines.append(f"Content-Length: {length}" if length is not None
+                 else "Transfer-Encoding: chunked")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def _let_the_server_finish() -> None:
+    """Let the server finish the early exchange before the rest of the body leaves.
+
+    The server runs in this test's Trio run: once every task is blocked, it has either closed
+    the exchange (the bug) or is waiting for the rest of the body (the fix). Sending the rest
+    at once would often arrive in time to hide the bug, as a quick client does.
+    """
+    with trio.move_on_after(2):  # in case some task never rests for the whole cushion
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+
+
+NONCE = json.dumps({"address": ADDRESS}).encode()
+SECOND = _head("POST", "/auth/nonce", length=len(NONCE)) + NONCE
+
+
+async def _second_request_is_answered(connection: RawConnection) -> None:
+    answer = await connection.answer()
+    assert answer.status == 200, answer
+    assert json.loads(answer.body)["nonce"]
+
+
+async def test_a_401_before_the_body_keeps_the_connection_usable(running: Running) -> None:
+    body = json.dumps({"reason": "x" * 1000}).encode()
+    async with await _connect(running) as stream:
+        connection = RawConnection(stream)
+        await connection.send(_head("POST", "/auth/logout", length=len(body)) + body[:300])
+        early = await connection.answer()
+        assert (early.status, early.error_code()) == (401, "unauthenticated")
+        assert "close" not in early.headers.get("connection", "")
+        await _let_the_server_finish()
+        await connection.send(body[300:] + SECOND)
+        await _second_request_is_answered(connection)
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+async def test_a_405_before_the_body_keeps_the_connection_usable(running: Running,
+                                                                 framing: str) -> None:
+    body = b'{"anything": "' + b"y" * 1500 + b'"}'
+    if framing == "chunked":
+        head, first = _head("POST", "/me"), _chunk(body[:500])
+        rest = _chunk(body[500:]) + b"0\r\n\r\n"
+    else:
+        head, first, rest = _head("POST", "/me", length=len(body)), body[:500], body[500:]
+    async with await _connect(running) as stream:
+        connection = RawConnection(stream)
+        await connection.send(head + first)
+        early = await connection.answer()
+        assert (early.status, early.error_code()) == (405, "method_not_allowed")
+        await _let_the_server_finish()
+        await connection.send(rest + SECOND)
+        await _second_request_is_answered(connection)
+
+
+async def test_the_whole_body_after_the_answer_keeps_the_connection_usable(
+        running: Running) -> None:
+    body = b'{"a": 1}'
+    async with await _connect(running) as stream:
+        connection = RawConnection(stream)
+        await connection.send(_head("POST", "/auth/logout", length=len(body)))
+        assert (await connection.answer()).status == 401
+        await _let_the_server_finish()
+        await connection.send(body + SECOND)
+        await _second_request_is_answered(connection)
+
+
+async def test_a_413_closes_the_connection_instead_of_hanging(running: Running) -> None:
+    body = b"z" * (2 * MAX_BODY)
+    async with await _connect(running) as stream:
+        connection = RawConnection(stream)
+        await connection.send(_head("POST", "/auth/nonce", length=len(body)) + body[:1000])
+        early = await connection.answer()
+        assert (early.status, early.error_code()) == (413, "payload_too_large")
+        assert early.headers["connection"] == "close"
+        await _let_the_server_finish()
+        try:
+            await connection.send(body[1000:] + SECOND)
+        except trio.BrokenResourceError:
+            pass  # already closed, as it should be
+        assert await connection.closed_by_server(), "the connection hangs, neither used nor closed"
+        assert b"HTTP/1.1" not in connection.buffer  # the second request was not served
+
+
+async def test_an_early_answer_to_a_body_over_the_limit_says_close_and_closes(
+        running: Running) -> None:
+    """Too big to drain: the 401 says ``Connection: close`` and the server closes."""
+    async with await _connect(running) as stream:
+        connection = RawConnection(stream)
+        await connection.send(_head("POST", "/auth/logout", length=10 * MAX_BODY) + b"{")
+        early = await connection.answer()
+        assert (early.status, early.headers["connection"]) == (401, "close")
+        assert await connection.closed_by_server(), "the connection hangs, neither used nor closed"
+
+
+@pytest.mark.parametrize("request_line", [
+    b"GET /healthz HTTP/1.1\r\nHost: flowsvc.test\r\nConnection: close\r\n\r\n",
+    b"GET /healthz HTTP/1.0\r\n\r\n",  # h11 keeps no HTTP/1.0 connection alive
+], ids=["connection-close", "http-1.0"])
+async def test_a_request_saying_close_is_answered_and_closed(running: Running,
+                                                             request_line: bytes) -> None:
+    async with await _connect(running) as stream:
+        connection = RawConnection(stream)
+        await connection.send(request_line)
+        assert (await connection.answer()).status == 200
+        assert await connection.closed_by_server(), "the connection hangs, neither used nor closed"
+
+
+async def test_read_bodies_keep_the_connection_alive(running: Running) -> None:
+    async with await _connect(running) as stream:
+        connection = RawConnection(stream)
+        for _ in range(3):
+            await connection.send(SECOND)
+            await _second_request_is_answered(connection)
+
+
+# The guard alone, around an app that behaves like quart-trio, with a fake hypercorn.
 
 Message = Any  # ASGI messages, as plain dicts
 Receive = Callable[[], Awaitable[Message]]
