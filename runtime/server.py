@@ -26,6 +26,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from runtime.bootstrap import open_service
 from runtime.config import ConfigError, Settings
+from runtime.early_response import guard_early_responses
 from runtime.http import create_app
 from runtime.service import Service
 
@@ -107,7 +108,8 @@ async def run_server(settings: Settings, *, bind: str | None = None, handle_sign
         if handle_signals:
             nursery.start_soon(_stop_on_signals, stop)
         config = hypercorn_config(settings, bind or settings.service.bind)
-        app = create_app(service)
+        app = guard_early_responses(create_app(service),
+                                    max_drain_bytes=settings.service.max_body_bytes)
         _tune_gc()
         binds = await nursery.start(_serve_http, app, config, stop, served)
         log.info("flowsvc serving on %s", ", ".join(binds))
