@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
+
+from runtime.logs import configure_logging
 
 Scope = dict[str, Any]
 App = Callable[..., Awaitable[None]]  # app(scope, receive, send), ASGI 3
@@ -180,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # The service logs one access line per request, as when served: here to a null device.
     with open(os.devnull, "w") as devnull:
-        logging.basicConfig(level=logging.INFO, stream=devnull)
+        configure_logging("info", devnull)
         result = trio.run(drive, args.scenario, args.requests, args.warmup, args.wait)
         print(json.dumps(result), flush=True)
 

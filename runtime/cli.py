@@ -8,7 +8,6 @@ there is one, else the built-in defaults (every built-in plugin enabled).
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ import trio
 
 from runtime.config import ConfigError, Settings, load_settings
 from runtime.hooktypes import Command
+from runtime.logs import configure_logging
 
 if TYPE_CHECKING:
     from quart import Blueprint
@@ -35,13 +35,6 @@ def config_path(raw: str | None, environ: dict[str, str]) -> Path | None:
     if environ.get(CONFIG_VARIABLE):
         return Path(environ[CONFIG_VARIABLE])
     return DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None
-
-
-def _setup_logging(settings: Settings) -> None:
-    logging.basicConfig(level=settings.service.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    # Alembic narrates every plugin it loads at INFO; upgrades are still logged at WARNING+.
-    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 async def _migrate(settings: Settings) -> int:
@@ -138,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  {**os.environ, **bind})
         commands = _plugin_commands(settings)
         args = build_parser(commands).parse_args(argv)
-        _setup_logging(settings)
+        configure_logging(settings.service.log_level)
         return _dispatch(settings, args, commands)
     except ConfigError as exc:
         print(f"flowsvc: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """The core's own hook implementations, registered before any plugin and never disabled.
 
 They give the core tables and migrations, authenticate internal callers, price routes
-from ``[pricing]`` and run the housekeeping actor that purges expired idempotency keys.
+from ``[pricing]``, run the housekeeping actor that purges expired idempotency keys and the
+one that writes batched log lines (``runtime.logs``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy import MetaData
 from runtime.actors import ActorSpec, Mailbox
 from runtime.hookspecs import hookimpl
 from runtime.idempotency import purge_expired
+from runtime.logs import FLUSH_SECONDS, flush_logs
 from runtime.principal import Credentials, Principal
 from runtime.service import Service
 from runtime.users import metadata
@@ -65,4 +67,15 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
                 log.info("purged %d expired idempotency keys", purged)
             await trio.sleep(PURGE_INTERVAL_SECONDS)
 
-    return [ActorSpec(name="core.housekeeper", run=housekeeper)]
+    async def log_flusher(mailbox: Mailbox, *,
+                          task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(FLUSH_SECONDS)
+                flush_logs()
+        finally:
+            flush_logs()
+
+    return [ActorSpec(name="core.housekeeper", run=housekeeper),
+            ActorSpec(name="core.log_flusher", run=log_flusher)]

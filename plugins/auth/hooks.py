@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
 
@@ -76,15 +77,21 @@ def flowsvc_authenticate(service: Service, credentials: Credentials, context: Re
 
 
 @hookimpl
-async def flowsvc_after_request(service: Service, request: Request, response: Response,
-                                context: RequestContext) -> None:
-    """Rotate a cookie session older than ``jwt.rotate_after_hours``: same session, new token."""
+def flowsvc_after_request(service: Service, request: Request, response: Response,
+                          context: RequestContext) -> Awaitable[None] | None:
+    """Rotate a cookie session older than ``jwt.rotate_after_hours``: same session, new token.
+
+    Only a rotation waits (for the database), so only then is an awaitable returned.
+    """
     claims = context.get(ROTATION)
-    if claims is None or response.status_code >= 400:
-        return
+    if claims is None or response.status_code >= 400 or \
+            not rotation_due(claims, service.settings.jwt.rotate_after_hours):
+        return None
+    return _rotate(service, response, claims)
+
+
+async def _rotate(service: Service, response: Response, claims: SessionClaims) -> None:
     jwt_settings = service.settings.jwt
-    if not rotation_due(claims, jwt_settings.rotate_after_hours):
-        return
     now = utcnow()
     expires = now + timedelta(days=jwt_settings.session_days)
     if not await service.db.write(extend_session, claims.session_id, expires):
