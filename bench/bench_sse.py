@@ -53,11 +53,11 @@ from quart import Blueprint, Response
 from quart import request as quart_request
 
 from bench.harness import RunningServer, flowsvc_server, hello_server, write_json
-from plugins.projects.access import find_project
-from plugins.projects.backends import ConversationMessage, ModelTurn, ToolCallRequest
-from plugins.projects.runs import RunRequest, start_run
+from plugins.projects.engine.model_backends import ConversationMessage, ModelTurn, ToolCallRequest
+from plugins.projects.engine.submit import RunRequest, start_run
+from plugins.projects.records.access import find_project
+from plugins.projects.records.projects import begin_run
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.store import begin_run
 from runtime.agents import JsonObject, Tool, ToolContext, ToolResult
 from runtime.context import require_internal
 from runtime.hookspecs import hookimpl

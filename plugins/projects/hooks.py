@@ -9,16 +9,16 @@ from typing import Any
 from quart import Blueprint
 
 from plugins.projects import tables
-from plugins.projects.ending import EVENT_TYPES
-from plugins.projects.notifier import notifier_spec, notify_later
+from plugins.projects.engine.ending import EVENT_TYPES
+from plugins.projects.engine.run_queue import queue_spec
+from plugins.projects.engine.templates import builtin_templates
+from plugins.projects.engine.tools import builtin_tools
+from plugins.projects.live.hub import hub_spec
 from plugins.projects.provided import EngineRuns, ProjectSources
-from plugins.projects.queue import queue_spec
+from plugins.projects.records.notifier import notifier_spec, notify_later
 from plugins.projects.routes import build_blueprint
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.streams import hub_spec
-from plugins.projects.templates import builtin_templates
 from plugins.projects.tokens import TOKENS
-from plugins.projects.tools import builtin_tools
 from runtime.actors import ActorSpec
 from runtime.agents import AgentTemplate, Tool
 from runtime.contracts import Provision, provision

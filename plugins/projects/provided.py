@@ -8,11 +8,11 @@ from pathlib import PurePosixPath
 from quart import Response
 from sqlalchemy import Connection
 
-from plugins.projects.runs import RunRequest, start_run
-from plugins.projects.runstore import RunRecord, get_run
+from plugins.projects.engine.run_rows import RunRecord, get_run
+from plugins.projects.engine.submit import RunRequest, start_run
+from plugins.projects.live.sse import requested_last_event_id, stream_response
+from plugins.projects.records.projects import get_project
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.sse import requested_last_event_id, stream_response
-from plugins.projects.store import get_project
 from runtime.contracts.projects import ProjectSource
 from runtime.contracts.runs import Prepare, RunInfo, RunSpec
 from runtime.errors import Conflict, Forbidden, NotFound

@@ -11,25 +11,24 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_request
 
-from plugins.projects.access import owned_project, visible_project
+from plugins.projects.downloads import add_file_routes, workspace_of
+from plugins.projects.engine.run_queue import CANCEL_CHANNEL
+from plugins.projects.engine.run_rows import RunRecord, get_run
+from plugins.projects.engine.submit import RunRequest, start_run
 from plugins.projects.errors import MessengerNotLinked, TemplateUnknown
-from plugins.projects.files import add_file_routes, workspace_of
 from plugins.projects.guards import caller_first
-from plugins.projects.queue import CANCEL_CHANNEL
-from plugins.projects.runs import RunRequest, start_run
-from plugins.projects.runstore import RunRecord, get_run
-from plugins.projects.settings import ProjectsSettings
-from plugins.projects.sse import requested_last_event_id, stream_response
-from plugins.projects.store import (
+from plugins.projects.live.sse import requested_last_event_id, stream_response
+from plugins.projects.records.access import owned_project, visible_project
+from plugins.projects.records.projects import (
     END_STATUSES,
     Project,
     begin_run,
     cancel_idle,
     create_project,
     get_project_by_id,
-    subscribe,
-    unsubscribe,
 )
+from plugins.projects.records.subscribers import subscribe, unsubscribe
+from plugins.projects.settings import ProjectsSettings
 from plugins.projects.tokens import SLUG_PATTERN, add_token_routes
 from runtime.context import require_user
 from runtime.errors import Conflict

@@ -15,10 +15,10 @@ from pathlib import Path
 import trio
 from quart import Blueprint, Response, request
 
-from plugins.projects.access import visible_project
+from plugins.projects.engine.workspace import Workspace, WorkspaceError
+from plugins.projects.records.access import visible_project
+from plugins.projects.records.projects import Project
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.store import Project
-from plugins.projects.workspace import Workspace, WorkspaceError
 from runtime.errors import InvalidRequest, NotFound, PayloadTooLarge
 from runtime.service import Service
 

@@ -1,4 +1,4 @@
-"""Projects in the database: creation, reads, status transitions and subscribers.
+"""Project rows: creation, reads and status transitions.
 
 Every function takes an open connection, so callers compose them into one transaction.
 Status values and their transitions (``docs/projects.md`` has the table):
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from plugins.projects.errors import ProjectLocked, TokenNoMatch
-from plugins.projects.tables import projects, subscribers
+from plugins.projects.tables import projects
 from plugins.projects.tokens import get_token
 from runtime.errors import Conflict, NotFound
 from runtime.wire import as_utc, iso, utcnow
@@ -185,25 +185,3 @@ def cancel_idle(connection: Connection, project_id: int) -> bool:
     return connection.execute(
         update(projects).where(projects.c.id == project_id).where(projects.c.status == "idle")
         .values(status="cancelled", active_token=None, updated_at=utcnow())).rowcount == 1
-
-
-def subscribe(connection: Connection, project_id: int, user_id: int) -> None:
-    """Subscribe the user to the project's milestones (again is a no-op)."""
-    try:
-        with connection.begin_nested():
-            connection.execute(insert(subscribers).values(
-                project_id=project_id, user_id=user_id, created_at=utcnow()))
-    except IntegrityError:
-        pass
-
-
-def unsubscribe(connection: Connection, project_id: int, user_id: int) -> None:
-    connection.execute(delete(subscribers).where(subscribers.c.project_id == project_id)
-                       .where(subscribers.c.user_id == user_id))
-
-
-def subscriber_ids(connection: Connection, project_id: int) -> list[int]:
-    """The users subscribed to the project's milestones."""
-    query = (select(subscribers.c.user_id).where(subscribers.c.project_id == project_id)
-             .order_by(subscribers.c.user_id))
-    return [int(user_id) for user_id in connection.execute(query).scalars()]
