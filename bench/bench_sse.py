@@ -312,10 +312,10 @@ async def flowsvc_steps(server: RunningServer, args: argparse.Namespace) -> list
 
 @asynccontextmanager
 async def flowsvc_bench_server(gc_tuned: bool) -> AsyncIterator[RunningServer]:
-    """flowsvc with the auth and projects plugins and this module as a plugin."""
+    """flowsvc with the auth, chain and projects plugins and this module as a plugin."""
     env = {
         **({GC_TUNING_VARIABLE: "1"} if gc_tuned else {}),
-        "FLOWSVC_PLUGINS_ENABLED": '["auth", "projects", "bench.bench_sse"]',
+        "FLOWSVC_PLUGINS_ENABLED": '["auth", "chain", "projects", "bench.bench_sse"]',
         "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN, "FLOWSVC_JWT_SECRET": "bench-jwt-secret",
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
         "FLOWSVC_LIMITS_INTERNAL_RPM": "0", "FLOWSVC_PLUGINS_PROJECTS_MAX_TURNS": "100000",

@@ -1,8 +1,9 @@
-"""Projects: tokens, projects, agent runs, the live build stream and milestone notifications.
+"""Projects: projects attached to tokens, agent runs, the live build stream and milestone
+notifications.
 
-A token owner attaches a project to a token, starts agent runs that build it in its own
-git workspace, and anyone allowed follows the build live over SSE. One job per
-sub-package:
+A token owner attaches a project to a token of the chain plugin's registry (read through
+the ``TOKENS`` contract), starts agent runs that build it in its own git workspace, and
+anyone allowed follows the build live over SSE. One job per sub-package:
 
 - ``records/``: project rows and status, access checks, subscribers and their notifier;
 - ``engine/``: the run engine (queue, execution, agent loop, model backends, tools,
@@ -10,7 +11,6 @@ sub-package:
 - ``live/``: the live stream (event log, ring, broadcaster, hub, SSE).
 
 At the root: the glue (``hooks``; ``provided``, which implements the ``AGENT_RUNS`` and
-``PROJECTS`` contracts), the HTTP views (``routes``, ``downloads``), the token registry
-(``tokens``), and what every part shares (``settings``, ``tables``, ``errors``).
-``docs/projects.md`` documents it.
+``PROJECTS`` contracts), the HTTP views (``routes``, ``downloads``) and what every part
+shares (``settings``, ``tables``, ``errors``). ``docs/projects.md`` documents it.
 """

@@ -18,7 +18,6 @@ from plugins.projects.provided import EngineRuns, ProjectSources
 from plugins.projects.records.notifier import notifier_spec, notify_later
 from plugins.projects.routes import build_blueprint
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.tokens import TOKENS
 from runtime.actors import ActorSpec
 from runtime.agents import AgentTemplate, Tool
 from runtime.contracts import Provision, provision
@@ -26,7 +25,6 @@ from runtime.contracts.projects import PROJECTS
 from runtime.contracts.runs import AGENT_RUNS
 from runtime.events import EventType
 from runtime.hookspecs import hookimpl
-from runtime.hooktypes import Command
 from runtime.plugin_kit import standard_hooks
 from runtime.service import Service
 
@@ -37,6 +35,12 @@ def settings_of(service: Service) -> ProjectsSettings:
 
 flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
     "projects", ProjectsSettings, tables.metadata, Path(__file__).parent / "migrations")
+
+
+@hookimpl
+def flowsvc_requires() -> list[str]:
+    """The chain plugin's token registry: projects attach to its tokens."""
+    return ["chain"]
 
 
 @hookimpl
@@ -57,11 +61,6 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
     # ends on the way out still reach the stream hub and the notifier.
     return [hub_spec(service, settings), notifier_spec(service),
             queue_spec(service, settings, partial(notify_later, service))]
-
-
-@hookimpl
-def flowsvc_commands() -> list[Command]:
-    return [TOKENS]
 
 
 @hookimpl

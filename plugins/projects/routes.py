@@ -1,4 +1,4 @@
-"""Routes of the projects plugin: projects, runs, the stream, subscriptions, files, tokens."""
+"""Routes of the projects plugin: projects, runs, the stream, subscriptions, files."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from plugins.projects.engine.run_queue import CANCEL_CHANNEL
 from plugins.projects.engine.run_rows import RunRecord, get_run
 from plugins.projects.engine.submit import RunRequest, start_run
 from plugins.projects.errors import MessengerNotLinked, TemplateUnknown
-from plugins.projects.guards import caller_first
 from plugins.projects.live.sse import requested_last_event_id, stream_response
 from plugins.projects.records.access import owned_project, visible_project
 from plugins.projects.records.projects import (
@@ -29,8 +28,8 @@ from plugins.projects.records.projects import (
 )
 from plugins.projects.records.subscribers import subscribe, unsubscribe
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.tokens import SLUG_PATTERN, add_token_routes
-from runtime.context import require_user
+from runtime.context import caller_first, require_user
+from runtime.contracts.tokens import SLUG_PATTERN, TOKENS
 from runtime.errors import Conflict
 from runtime.http import json_response
 from runtime.service import Service
@@ -119,7 +118,6 @@ def project_view(service: Service, project: Project, run: RunRecord | None) -> d
 
 def build_blueprint(service: Service, settings: ProjectsSettings) -> Blueprint:
     blueprint = Blueprint("projects", __name__)
-    add_token_routes(blueprint, service)
     add_file_routes(blueprint, service, settings)
 
     async def view(project: Project) -> Response:
@@ -140,9 +138,9 @@ def build_blueprint(service: Service, settings: ProjectsSettings) -> Blueprint:
                                   f"(presets: {known})",
                                   details=[{"field": "agentTemplate", "message": "unknown"}])
         project = await service.db.write(partial(
-            create_project, owner_id=principal.user_id, owner_address=principal.address,
-            token_slug=data.tokenSlug, title=data.title, brief=data.brief,
-            agent_template=data.agentTemplate, private=data.private))
+            create_project, tokens=service.contract(TOKENS), owner_id=principal.user_id,
+            owner_address=principal.address, token_slug=data.tokenSlug, title=data.title,
+            brief=data.brief, agent_template=data.agentTemplate, private=data.private))
         return json_response(project.summary(), 201)
 
     @blueprint.get("/projects/<slug>")

@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 
 from plugins.projects.errors import ProjectLocked, TokenNoMatch
 from plugins.projects.tables import projects
-from plugins.projects.tokens import get_token
+from runtime.contracts.tokens import TokenRegistry
 from runtime.errors import Conflict, NotFound
 from runtime.wire import as_utc, iso, utcnow
 
@@ -109,19 +109,26 @@ def _active_project_of(connection: Connection, token_slug: str) -> str | None:
         projects.c.active_token == token_slug)).scalar()
 
 
-def create_project(connection: Connection, *, owner_id: int, owner_address: str | None,
-                   token_slug: str, title: str, brief: str, agent_template: str,
-                   private: bool) -> Project:
+def create_project(connection: Connection, tokens: TokenRegistry, *, owner_id: int,
+                   owner_address: str | None, token_slug: str, title: str, brief: str,
+                   agent_template: str, private: bool) -> Project:
     """Create an idle project attached to ``token_slug`` with a readable, unique slug.
 
+    The token's owner is read from ``tokens`` (the registry contract) on ``connection``,
+    so the check and the new project commit together.
+
     :raises NotFound: no token has this slug.
-    :raises TokenNoMatch: the caller's address does not own the token.
+    :raises TokenNoMatch: the caller has no address, or their address does not own the
+        token.
     :raises ProjectLocked: the token already has an active project.
     """
-    token = get_token(connection, token_slug)
+    token = tokens.get(connection, token_slug)
     if token is None:
         raise NotFound(f"no token with slug {token_slug!r}")
-    if owner_address is None or owner_address.lower() != token.owner_address:
+    if owner_address is None:
+        raise TokenNoMatch(f"token {token_slug!r} is owned by an address and your account has "
+                           "none: sign in with the wallet that owns it")
+    if owner_address.lower() != token.owner_address:
         raise TokenNoMatch(f"token {token_slug!r} is not owned by your address")
     base = slugify(title)
     now = utcnow()
