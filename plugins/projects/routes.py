@@ -207,18 +207,26 @@ async def stream(slug: str) -> Response:
                                  project.last_run_id)
 
 
+async def _follower(slug: str) -> tuple[Service, int, Project]:
+    """The service, the signed-in caller's user id and the project ``slug`` they may see.
+
+    :raises Unauthenticated: no signed-in caller (checked first).
+    """
+    service = current_service()
+    user_id = require_user().user_id
+    return service, user_id, await visible_project(service, slug)
+
+
 @blueprint.post("/projects/<slug>/subscribe")
 @document_response(SubscribedResponse, 200)
 async def subscribe_route(slug: str) -> Response:
     """Subscribe to the project's milestones through the messaging platform's bot."""
-    service = current_service()
-    principal = require_user()
-    project = await visible_project(service, slug)
-    user = await service.db.read(get_user, principal.user_id)
+    service, user_id, project = await _follower(slug)
+    user = await service.db.read(get_user, user_id)
     if user is None or user.messenger_id is None:
         raise MessengerNotLinked("link a messaging account first (sign in through the "
                                  "bot): milestones are sent there")
-    await service.db.write(subscribe, project.id, principal.user_id)
+    await service.db.write(subscribe, project.id, user_id)
     return json_response({"subscribed": True})
 
 
@@ -226,10 +234,8 @@ async def subscribe_route(slug: str) -> Response:
 @document_response(SubscribedResponse, 200)
 async def unsubscribe_route(slug: str) -> Response:
     """Stop the project's milestone notifications."""
-    service = current_service()
-    principal = require_user()
-    project = await visible_project(service, slug)
-    await service.db.write(unsubscribe, project.id, principal.user_id)
+    service, user_id, project = await _follower(slug)
+    await service.db.write(unsubscribe, project.id, user_id)
     return json_response({"subscribed": False})
 
 
