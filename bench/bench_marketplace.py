@@ -61,6 +61,8 @@ from runtime.storage import make_engine
 from runtime.users import create_user
 
 TAGS = [f"tag-{number:02d}" for number in range(20)]
+# The marketplace and the plugins it requires (projects also requires chain).
+MIGRATED_PLUGINS = '["keys", "chain", "projects", "marketplace"]'
 CHUNK = 5000
 
 
@@ -73,7 +75,7 @@ def service_env(var_dir: Path, database_url: str) -> dict[str, str]:
         "FLOWSVC_REDIS_URL": "",
         "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "x" * 32,
         "FLOWSVC_INTERNAL_TOKEN": "bench-" + "i" * 32,
-        "FLOWSVC_PLUGINS_ENABLED": '["auth", "keys", "projects", "marketplace"]',
+        "FLOWSVC_PLUGINS_ENABLED": '["auth", "keys", "chain", "projects", "marketplace"]',
         # wrk is one anonymous client: measure the listing, not the per-IP bucket.
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
     }
@@ -116,8 +118,7 @@ def load_agents(database_url: str, count: int, seed: int) -> None:
     settings = load_settings(None, environ={"FLOWSVC_DATABASE_URL": database_url,
                                             "FLOWSVC_JWT_SECRET": "bench-" + "x" * 32,
                                             "FLOWSVC_INTERNAL_TOKEN": "bench-" + "i" * 32,
-                                            "FLOWSVC_PLUGINS_ENABLED":
-                                                '["keys", "projects", "marketplace"]'})
+                                            "FLOWSVC_PLUGINS_ENABLED": MIGRATED_PLUGINS})
 
     async def migrate() -> None:
         async with open_service(settings, migrate=True):

@@ -53,11 +53,11 @@ from quart import Blueprint, Response
 from quart import request as quart_request
 
 from bench.harness import RunningServer, flowsvc_server, hello_server, write_json
-from plugins.projects.access import find_project
-from plugins.projects.backends import ConversationMessage, ModelTurn, ToolCallRequest
-from plugins.projects.runs import RunRequest, start_run
+from plugins.projects.engine.model_backends import ConversationMessage, ModelTurn, ToolCallRequest
+from plugins.projects.engine.submit import RunRequest, start_run
+from plugins.projects.records.access import find_project
+from plugins.projects.records.projects import begin_run
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.store import begin_run
 from runtime.agents import JsonObject, Tool, ToolContext, ToolResult
 from runtime.context import require_internal
 from runtime.hookspecs import hookimpl
@@ -312,10 +312,10 @@ async def flowsvc_steps(server: RunningServer, args: argparse.Namespace) -> list
 
 @asynccontextmanager
 async def flowsvc_bench_server(gc_tuned: bool) -> AsyncIterator[RunningServer]:
-    """flowsvc with the auth and projects plugins and this module as a plugin."""
+    """flowsvc with the auth, chain and projects plugins and this module as a plugin."""
     env = {
         **({GC_TUNING_VARIABLE: "1"} if gc_tuned else {}),
-        "FLOWSVC_PLUGINS_ENABLED": '["auth", "projects", "bench.bench_sse"]',
+        "FLOWSVC_PLUGINS_ENABLED": '["auth", "chain", "projects", "bench.bench_sse"]',
         "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN,
         "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "j" * 32,
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",

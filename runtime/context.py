@@ -13,6 +13,8 @@ stash), instead of on Quart's ``g``::
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
@@ -20,6 +22,7 @@ from runtime.errors import Unauthenticated
 from runtime.principal import Principal
 
 T = TypeVar("T")
+View = TypeVar("View", bound=Callable[..., Awaitable[Any]])
 
 
 class RequestSlot(Generic[T]):
@@ -130,3 +133,19 @@ def require_internal() -> Principal:
     if principal is None or principal.via != "internal":
         raise Unauthenticated("this endpoint needs the internal token")
     return principal
+
+
+def caller_first(check: Callable[[], object]) -> Callable[[View], View]:
+    """Run ``check`` (``require_user``, ``require_internal``) before the view and before
+    its body is validated: a caller without credentials learns that first (401), not
+    what is wrong with a body it may not send anyway. Put it above ``validate_request``."""
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        async def checked(*args: Any, **kwargs: Any) -> Any:
+            check()
+            return await view(*args, **kwargs)
+
+        return checked  # type: ignore[return-value]
+
+    return decorate

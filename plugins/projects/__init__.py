@@ -1,8 +1,16 @@
-"""Projects: tokens, projects, agent runs, the live build stream and milestone notifications.
+"""Projects: projects attached to tokens, agent runs, the live build stream and milestone
+notifications.
 
-It owns the token registry projects attach to, the projects and their runs, the run queue,
-one broadcaster actor per streamed project (a ring of the last events, persisted, fanned
-out across processes through Redis Streams), the agent tools and templates it provides
-through hooks, and the notifier that tells subscribers about milestones through the
-messaging platform's bot. ``docs/projects.md`` documents it.
+A token owner attaches a project to a token of the chain plugin's registry (read through
+the ``TOKENS`` contract), starts agent runs that build it in its own git workspace, and
+anyone allowed follows the build live over SSE. One job per sub-package:
+
+- ``records/``: project rows and status, access checks, subscribers and their notifier;
+- ``engine/``: the run engine (queue, execution, agent loop, model backends, tools,
+  templates, workspaces, run rows, publishing a run's events, recording its end);
+- ``live/``: the live stream (event log, ring, broadcaster, hub, SSE).
+
+At the root: the glue (``hooks``; ``provided``, which implements the ``AGENT_RUNS`` and
+``PROJECTS`` contracts), the HTTP views (``routes``, ``downloads``) and what every part
+shares (``settings``, ``tables``, ``errors``). ``docs/projects.md`` documents it.
 """

@@ -8,11 +8,11 @@ from pathlib import PurePosixPath
 from quart import Response
 from sqlalchemy import Connection
 
-from plugins.projects.runs import RunRequest, start_run
-from plugins.projects.runstore import RunRecord, get_run
-from plugins.projects.settings import ProjectsSettings
-from plugins.projects.sse import requested_last_event_id, stream_response
-from plugins.projects.store import get_project
+from plugins.projects.engine.run_rows import RunRecord, get_run
+from plugins.projects.engine.submit import RunRequest, start_run
+from plugins.projects.live.sse import requested_last_event_id, stream_response
+from plugins.projects.records.projects import get_project
+from plugins.projects.state import ProjectsState
 from runtime.contracts.projects import ProjectSource
 from runtime.contracts.runs import Prepare, RunInfo, RunSpec
 from runtime.errors import Conflict, Forbidden, NotFound
@@ -29,9 +29,9 @@ def run_info(record: RunRecord) -> RunInfo:
 class EngineRuns:
     """``AgentRuns`` over this plugin's run queue, run rows and live stream."""
 
-    def __init__(self, service: Service, settings: ProjectsSettings) -> None:
+    def __init__(self, service: Service, state: ProjectsState) -> None:
         self._service = service
-        self._settings = settings
+        self._state = state
 
     async def start(self, spec: RunSpec, *, prepare: Prepare | None = None) -> str:
         """See ``AgentRuns.start``.
@@ -43,11 +43,11 @@ class EngineRuns:
             raise ValueError(f"RunSpec.workspace must be a relative path: {spec.workspace!r}")
         if spec.stream.startswith("project-"):
             raise ValueError(f"RunSpec.stream {spec.stream!r} is a project's stream")
-        root = self._settings.workspaces(self._service.settings.service.var_dir)
         request = RunRequest(
             owner_id=spec.owner_id, template=spec.template, brief=spec.brief,
-            workspace=root / relative, stream=spec.stream, project={"title": spec.title},
-            before_tool_call=spec.before_tool_call, key_id=spec.key_id)
+            workspace=self._state.workspaces / relative, stream=spec.stream,
+            project={"title": spec.title}, before_tool_call=spec.before_tool_call,
+            key_id=spec.key_id)
         return await start_run(self._service, request, prepare=prepare)
 
     async def get(self, run_id: str) -> RunInfo | None:
@@ -55,7 +55,7 @@ class EngineRuns:
         return run_info(record) if record is not None else None
 
     async def stream_response(self, stream: str, *, latest_run_id: str | None) -> Response:
-        return await stream_response(self._service, self._settings, stream,
+        return await stream_response(self._service, self._state.settings, stream,
                                      requested_last_event_id(), latest_run_id)
 
 

@@ -1,4 +1,4 @@
-"""Tables of the projects plugin: tokens, projects, runs, stream events, subscribers."""
+"""Tables of the projects plugin: projects, runs, stream events, subscribers."""
 
 from sqlalchemy import (
     BigInteger,
@@ -11,25 +11,13 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
 )
 
 metadata = MetaData()
 Id = BigInteger().with_variant(Integer, "sqlite")
-# ``users.id`` is the core's table: the string reference resolves in the combined MetaData
-# of the service (schema checks) and in the migrations, which create the constraints.
-
-tokens = Table(
-    "tokens", metadata,
-    Column("slug", String(64), primary_key=True),
-    Column("owner_address", String(42), nullable=False, index=True),
-    Column("template", String(16), nullable=False),
-    Column("chain_id", BigInteger, nullable=False),
-    Column("instance_address", String(42), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
-    UniqueConstraint("chain_id", "instance_address", name="uq_tokens_instance"),
-)
+# ``users.id`` is the core's table and ``tokens.slug`` the chain plugin's (its token
+# registry): the string references resolve in the combined MetaData of the service (schema
+# checks) and in the migrations, which create the constraints.
 
 projects = Table(
     "projects", metadata,

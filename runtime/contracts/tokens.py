@@ -3,7 +3,9 @@
 A token is known by its slug and owned by an EVM address; it is an instance of a
 template (``dpnm`` or ``virtuals``) on one chain. Projects attach to tokens their
 creator owns; the marketplace links agents to them; ``GET /tokens/<slug>/onchain``
-reads their state. Consumers read the registry inside their own transaction.
+reads their state. Consumers read the registry inside their own transaction, with
+``service.contract(TOKENS).get(connection, slug)``, so what they decide from a token
+commits (or not) with what they write.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 TokenTemplate = Literal["dpnm", "virtuals"]
+SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
+"""What a token slug looks like: lowercase letters, digits and inner dashes, 1 to 64."""
 
 
 @dataclass(frozen=True)

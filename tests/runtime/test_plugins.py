@@ -145,9 +145,9 @@ def test_a_required_plugin_that_is_not_enabled_stops_the_start() -> None:
 
 
 def test_plugins_are_registered_after_the_plugins_they_require() -> None:
-    manager = get_plugin_manager(["marketplace", "auth", "keys", "projects"])
+    manager = get_plugin_manager(["marketplace", "auth", "keys", "projects", "chain"])
     names = [name for name, _ in manager.list_name_plugin()]
-    assert names == ["core", "projects", "keys", "marketplace", "auth"]
+    assert names == ["core", "chain", "projects", "keys", "marketplace", "auth"]
 
 
 def test_a_circle_of_requirements_is_refused(

@@ -12,6 +12,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 
@@ -32,6 +33,19 @@ def _plain(url: str) -> str:
 def postgres_schema() -> Iterator[str]:
     """A fresh schema in the test PostgreSQL; yields a SQLAlchemy URL that uses it."""
     with harness.postgres_schema(POSTGRES_URL) as url:
+        yield url
+
+
+@contextmanager
+def another_database(tmp_path: Path, database_url: str) -> Iterator[str]:
+    """A second, empty database on the backend of ``database_url``: a SQLite file beside it
+    or a fresh PostgreSQL schema (for a service whose plugins must not meet the branches
+    another service migrated: Alembic cannot upgrade a database holding a revision of a
+    plugin that is not enabled)."""
+    if database_url.startswith("sqlite"):
+        yield f"sqlite:///{tmp_path / f'another-{secrets.token_hex(4)}.sqlite'}"
+        return
+    with postgres_schema() as url:
         yield url
 
 

@@ -30,14 +30,14 @@ from tests.support.wallet import sign_in
 TEMPLATE = "fullstack-builder"
 
 
-PLUGINS = ["auth", "keys", "projects", "marketplace"]
+PLUGINS = ["auth", "keys", "chain", "projects", "marketplace"]
 
 
 @asynccontextmanager
 async def marketplace_server(var_dir: Path, database_url: str,
                              plugins: list[str] | None = None,
                              extra: dict[str, str] | None = None) -> AsyncIterator[Running]:
-    """A running service with ``plugins`` (default: auth, keys, projects, marketplace), a
+    """A running service with ``plugins`` (default: auth, keys, chain, projects, marketplace), a
     short listing snapshot lag (100 ms) and the request buckets lifted (tests make many
     requests from one address and user). It runs as deployed: on SQLite with in-process
     state, on PostgreSQL with Redis when the tests have one."""

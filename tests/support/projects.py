@@ -1,4 +1,4 @@
-"""Helpers for the projects plugin's tests: a service with the plugin, tokens, projects."""
+"""Helpers for the projects plugin's tests: a service with the plugin, token owners, projects."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from runtime.server import Running
 from runtime.service import Service
 from tests.support.backends import redis_prefix
 from tests.support.server import (
-    INTERNAL,
     ROOT,
     client,
     make_settings,
@@ -29,6 +28,7 @@ from tests.support.server import (
     settings_env,
 )
 from tests.support.sse import SseEvent
+from tests.support.tokens import add_token
 from tests.support.wallet import sign_in
 
 BRIEF = ("Build a pizza ordering site for Luigi's. Customers pick toppings and pay online. "
@@ -38,26 +38,17 @@ BRIEF = ("Build a pizza ordering site for Luigi's. Customers pick toppings and p
 def projects_env(var_dir: Path, *, database_url: str, redis_url: str = "",
                  prefix: str | None = None, extra_env: dict[str, str] | None = None,
                  **settings: str) -> dict[str, str]:
-    """A test service with the auth and projects plugins; ``settings`` are
-    ``[plugins.projects]`` keys (``run_slots="1"``), ``extra_env`` other variables. Request
-    limits are lifted: stream tests open hundreds of anonymous connections from one IP."""
+    """A test service with the auth, chain (its token registry) and projects plugins;
+    ``settings`` are ``[plugins.projects]`` keys (``run_slots="1"``), ``extra_env`` other
+    variables. Request limits are lifted: stream tests open hundreds of anonymous
+    connections from one IP."""
     extra = {f"FLOWSVC_PLUGINS_PROJECTS_{key.upper()}": value for key, value in settings.items()}
     extra.update(extra_env or {})
     extra.update({"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
                   "FLOWSVC_LIMITS_INTERNAL_RPM": "0"})
     return settings_env(var_dir, database_url=database_url, redis_url=redis_url,
-                        redis_prefix=prefix or redis_prefix(), plugins=["auth", "projects"],
-                        extra=extra)
-
-
-async def add_token(base_url: str, slug: str, owner: str, *,
-                    instance: str | None = None) -> httpx.Response:
-    """Register a token through the internal endpoint of the service at ``base_url`` (with
-    a client of its own: a session cookie would take precedence over the internal token)."""
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as internal:
-        return await internal.put(f"/internal/tokens/{slug}", headers=INTERNAL, json={
-            "ownerAddress": owner, "template": "dpnm", "chainId": 56,
-            "instance": instance or "0x" + (slug.encode().hex() * 40)[:40]})
+                        redis_prefix=prefix or redis_prefix(),
+                        plugins=["auth", "chain", "projects"], extra=extra)
 
 
 @asynccontextmanager

@@ -1,7 +1,11 @@
-"""projects: tokens, projects, runs, stream events, subscribers
+"""projects: projects, runs, stream events, subscribers
 
 Revision ID: projects_0001
 Revises:
+
+The ``tokens`` table its projects refer to is the chain plugin's (``chain_0001``); it was
+created here until the token registry moved there, so a database migrated then has it
+already.
 """
 
 import sqlalchemy as sa
@@ -10,24 +14,12 @@ from alembic import op
 revision = "projects_0001"
 down_revision = None
 branch_labels = ("projects",)
-depends_on = "core_0001"
+depends_on = ("core_0001", "chain_0001")
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
-    op.create_table(
-        "tokens",
-        sa.Column("slug", sa.String(64), primary_key=True),
-        sa.Column("owner_address", sa.String(42), nullable=False),
-        sa.Column("template", sa.String(16), nullable=False),
-        sa.Column("chain_id", sa.BigInteger(), nullable=False),
-        sa.Column("instance_address", sa.String(42), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.UniqueConstraint("chain_id", "instance_address", name="uq_tokens_instance"),
-    )
-    op.create_index("ix_tokens_owner_address", "tokens", ["owner_address"])
     op.create_table(
         "projects",
         sa.Column("id", Id, primary_key=True, autoincrement=True),
@@ -96,4 +88,3 @@ def downgrade() -> None:
     op.drop_table("project_stream_heads")
     op.drop_table("project_runs")
     op.drop_table("projects")
-    op.drop_table("tokens")

@@ -25,7 +25,7 @@ from tests.support.marketplace import (
 )
 
 # The listing needs neither keys nor projects: the marketplace runs without them.
-PLUGINS = ["auth", "keys", "projects", "marketplace"]
+PLUGINS = ["auth", "keys", "chain", "projects", "marketplace"]
 
 
 async def test_every_sort_pages_each_agent_once_while_agents_are_added(

@@ -8,8 +8,9 @@ from typing import Any
 import httpx
 
 from runtime.server import Running
-from tests.support.projects import BRIEF, add_token, new_project, serve_projects, token_owner
-from tests.support.server import INTERNAL, client
+from tests.support.auth import BOT_TOKEN, init_data
+from tests.support.projects import BRIEF, new_project, serve_projects, token_owner
+from tests.support.server import client
 from tests.support.sse import open_sse
 from tests.support.wallet import sign_in
 
@@ -134,28 +135,20 @@ async def test_starting_twice_conflicts_and_subscribing_needs_a_messenger(
         assert unsubscribed.json() == {"subscribed": False}
 
 
-async def test_internal_token_registry(tmp_path: Path, running_tokens: Running) -> None:
-    running = running_tokens
-    owner = "0x" + "ab" * 20
-    created = await add_token(running.base_url, "tok", owner.upper().replace("0X", "0x"))
-    assert created.status_code == 201
-    token = created.json()["token"]
-    assert token["ownerAddress"] == owner and token["template"] == "dpnm"
-    updated = await add_token(running.base_url, "tok", "0x" + "cd" * 20)
-    assert updated.status_code == 200 and updated.json()["token"]["ownerAddress"].endswith("cd")
-    clash = await add_token(running.base_url, "tok2", owner, instance=token["instance"])
-    assert error_of(clash) == (409, "conflict")
-    async with client(running) as http:
-        assert error_of(await http.put("/internal/tokens/x", json={})) == \
-            (401, "unauthenticated")
-        await sign_in(http)
-        assert error_of(await http.get("/internal/tokens/tok")) == (401, "unauthenticated")
-    async with client(running, headers=INTERNAL) as ops:
-        assert (await ops.get("/internal/tokens/tok")).json()["token"]["slug"] == "tok"
-        assert error_of(await ops.get("/internal/tokens/none")) == (404, "not_found")
-        bad = await ops.put("/internal/tokens/tok", json={
-            "ownerAddress": owner, "template": "pump", "chainId": 56, "instance": owner})
-        assert error_of(bad) == (400, "invalid_request")
+async def test_a_caller_without_an_address_is_told_why_the_token_is_not_theirs(
+        tmp_path: Path) -> None:
+    extra = {"FLOWSVC_PLUGINS_AUTH_BOT_TOKEN": BOT_TOKEN}
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                              extra_env=extra) as running, token_owner(running, "moon"), \
+            client(running) as http:
+        signed_in = await http.post("/auth/messenger", json={
+            "initData": init_data({"id": 4242, "first_name": "Ada"})})
+        assert signed_in.status_code == 200 and signed_in.json()["user"]["address"] is None
+        answer = await http.post("/projects", json={
+            "tokenSlug": "moon", "title": "Moon", "brief": BRIEF,
+            "agentTemplate": "bot-builder"})
+        assert error_of(answer) == (403, "token_no_match")
+        assert "your account has none" in answer.json()["error"]["message"]
 
 
 async def test_the_routes_are_documented_in_openapi(running_tokens: Running) -> None:

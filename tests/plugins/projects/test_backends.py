@@ -8,15 +8,15 @@ import socket
 import pytest
 import trio
 
-from plugins.projects.backends import (
+from plugins.projects.engine.model_backends import (
     ConversationMessage,
     ModelBackendError,
     OfflineBackend,
     OpenAIChatBackend,
     ToolCallRequest,
 )
-from plugins.projects.templates import builtin_templates
-from plugins.projects.tools import builtin_tools
+from plugins.projects.engine.templates import builtin_templates
+from plugins.projects.engine.tools import builtin_tools
 from tests.support.fake_openai import FakeOpenAI, HttpFailure, RawReply, Reply, Stall, StreamedTurn
 
 API_KEY = "sk-test-0123456789abcdef"

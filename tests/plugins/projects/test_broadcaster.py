@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from plugins.projects.broadcaster import Lagged, Ring, Subscription
-from plugins.projects.eventlog import StreamEvent
-from plugins.projects.queue import Backlog
-from plugins.projects.runs import Job, RunRequest, priority_of
-from plugins.projects.templates import builtin_templates
+from plugins.projects.engine.run_queue import Backlog
+from plugins.projects.engine.submit import Job, RunRequest, priority_of
+from plugins.projects.engine.templates import builtin_templates
+from plugins.projects.live.event_log import StreamEvent
+from plugins.projects.live.ring import Lagged, Ring, Subscription
 
 
 def event(seq: int, run: str = "run_a") -> StreamEvent:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from plugins.projects.ending import PROJECT_COMPLETED
+from plugins.projects.engine.ending import PROJECT_COMPLETED
 from runtime.server import Running
 from tests.support.projects import (
     EventRecorder,

@@ -11,15 +11,10 @@ import trio
 
 from tests.support.backends import POSTGRES_URL, REDIS_URL, postgres_schema, redis_prefix
 from tests.support.fake_openai import FakeOpenAI, Stall, StreamedTurn
-from tests.support.projects import (
-    add_token,
-    assert_well_formed,
-    eventually,
-    projects_env,
-    service_process,
-)
+from tests.support.projects import assert_well_formed, eventually, projects_env, service_process
 from tests.support.server import free_port
 from tests.support.sse import open_sse
+from tests.support.tokens import add_token
 from tests.support.wallet import sign_in
 
 

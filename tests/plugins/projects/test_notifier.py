@@ -11,8 +11,7 @@ import httpx
 import trio
 
 from plugins.auth.messenger import init_data_hash
-from plugins.projects.notifier import milestone_text
-from plugins.projects.publisher import Milestone
+from plugins.projects.records.notifier import Milestone, milestone_text
 from tests.support.fake_botapi import FakeBotApi
 from tests.support.projects import new_project, serve_projects, token_owner
 from tests.support.server import client

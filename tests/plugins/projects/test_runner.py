@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import trio
 
-from plugins.projects.backends import OfflineBackend, OpenAIChatBackend
-from plugins.projects.runner import RunOutcome, run_agent
-from plugins.projects.templates import builtin_templates
-from plugins.projects.tools import builtin_tools
+from plugins.projects.engine.agent_loop import RunOutcome, run_agent
+from plugins.projects.engine.model_backends import OfflineBackend, OpenAIChatBackend
+from plugins.projects.engine.templates import builtin_templates
+from plugins.projects.engine.tools import builtin_tools
 from runtime.agents import (
     AgentTemplate,
     JsonObject,

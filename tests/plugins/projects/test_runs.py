@@ -9,11 +9,11 @@ from typing import Any
 
 import trio
 
-from plugins.projects.ending import PROJECT_FAILED
-from plugins.projects.runs import RunRequest, start_run
-from plugins.projects.runstore import RunRecord, get_run
-from plugins.projects.streams import subscribe
-from plugins.projects.templates import builtin_templates
+from plugins.projects.engine.ending import PROJECT_FAILED
+from plugins.projects.engine.run_rows import RunRecord, get_run
+from plugins.projects.engine.submit import RunRequest, start_run
+from plugins.projects.engine.templates import builtin_templates
+from plugins.projects.live.hub import subscribe
 from runtime.server import Running
 from tests.support.fake_openai import FakeOpenAI, HttpFailure, Stall, StreamedTurn
 from tests.support.projects import (

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 
-from plugins.projects.tools import COMMAND_OUTPUT_LIMIT, builtin_tools
+from plugins.projects.engine.tools import COMMAND_OUTPUT_LIMIT, builtin_tools
 from runtime.agents import Tool, ToolContext, ToolResult
 
 TOOLS = {tool.name: tool for tool in builtin_tools()}

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from plugins.projects.workspace import GIT_USER_EMAIL, GIT_USER_NAME, Workspace, WorkspaceError
+from plugins.projects.engine.workspace import (
+    GIT_USER_EMAIL,
+    GIT_USER_NAME,
+    Workspace,
+    WorkspaceError,
+)
 
 
 async def git(workspace: Path, *arguments: str) -> str:

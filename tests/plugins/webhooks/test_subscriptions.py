@@ -14,6 +14,7 @@ from plugins.webhooks.tables import events, subscriptions
 from runtime.idempotency import idempotency_keys
 from runtime.principal import SESSION_COOKIE
 from runtime.wire import iso
+from tests.support.backends import another_database
 from tests.support.events import emit_now
 from tests.support.server import client, make_settings, running_server
 from tests.support.wallet import sign_in
@@ -86,7 +87,6 @@ async def test_subscriptions_are_created_listed_read_and_deleted_by_their_owner_
 async def test_the_catalogue_lists_what_the_enabled_plugins_declare(
         tmp_path: Path, database_url: str) -> None:
     env = webhook_env(tmp_path / "var", database_url)
-    only_webhooks = webhook_env(tmp_path / "var2", database_url, plugins=["auth", "webhooks"])
     async with running_server(make_settings(env), env) as running, client(running) as http:
         await sign_in(http)
         catalogue = (await http.get("/me/webhooks/events")).json()["events"]
@@ -95,12 +95,15 @@ async def test_the_catalogue_lists_what_the_enabled_plugins_declare(
             bearer_list = await bearer.get("/me/webhooks")
             bearer_created = await bearer.post("/me/webhooks", json={
                 "url": "http://127.0.0.1:9/", "events": ["flow.balance.low"]})
-    async with running_server(make_settings(only_webhooks), only_webhooks) as running, \
-            client(running) as http:
-        await sign_in(http)
-        bare = (await http.get("/me/webhooks/events")).json()["events"]
-        refused = await http.post("/me/webhooks", json={"url": "http://127.0.0.1:9/",
-                                                        "events": ["payout.sent"]})
+    # A database of its own: the first service's chain branch is not enabled here.
+    with another_database(tmp_path, database_url) as bare_url:
+        only_webhooks = webhook_env(tmp_path / "var2", bare_url, plugins=["auth", "webhooks"])
+        async with running_server(make_settings(only_webhooks), only_webhooks) as running, \
+                client(running) as http:
+            await sign_in(http)
+            bare = (await http.get("/me/webhooks/events")).json()["events"]
+            refused = await http.post("/me/webhooks", json={"url": "http://127.0.0.1:9/",
+                                                            "events": ["payout.sent"]})
 
     names = [item["name"] for item in catalogue]
     assert SPEC_EVENTS_OF_BILLING_AND_CHAIN <= set(names) and names == sorted(names)

@@ -18,7 +18,7 @@ from pathlib import PurePosixPath
 
 import trio
 
-from plugins.projects.workspace import Workspace, WorkspaceError
+from plugins.projects.engine.workspace import Workspace, WorkspaceError
 from runtime.agents import JsonObject, ScreenshotInfo, Tool, ToolContext, ToolFunction, ToolResult
 
 COMMAND_OUTPUT_LIMIT = 8000

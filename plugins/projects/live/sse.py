@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 import trio
 from quart import Response, request
 
-from plugins.projects.broadcaster import Lagged, Subscription
+from plugins.projects.live.hub import subscribe
+from plugins.projects.live.ring import Lagged, Subscription
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.streams import subscribe
 from runtime.http import SSE_HEADERS
 from runtime.service import Service
 

@@ -16,18 +16,18 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from plugins.projects.backends import (
+from plugins.projects.engine.model_backends import (
     ConversationMessage,
     ModelBackend,
     ModelBackendError,
     ToolCallRequest,
 )
 from runtime.agents import AgentTemplate, Tool, ToolContext, ToolResult
+from runtime.contracts.runs import BeforeToolCall
 
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
-BeforeToolCall = Callable[[str], Awaitable[None]]
 
 _PLAN_LINE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+(?P<title>\S.*?)\s*$")
 _STEP_TITLE_LIMIT = 120

@@ -10,35 +10,22 @@ is therefore never seen before it is durable, and a restart loses none that anyo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import trio
 from sqlalchemy import Connection
 
-from plugins.projects import eventlog
-from plugins.projects.ending import Ended, RunEnding, record_end
-from plugins.projects.eventlog import StreamEvent
-from plugins.projects.streams import deliver_local
+from plugins.projects.engine.ending import Ended, RunEnding, record_end
+from plugins.projects.live import event_log
+from plugins.projects.live.event_log import StreamEvent
+from plugins.projects.live.hub import deliver_local
+from plugins.projects.records.notifier import Milestone, Notify
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.publisher")
 _MAX_QUEUED = 500
 _FAN_OUT_SECONDS = 10.0
 MILESTONE_EVENTS = ("plan", "commit")
-
-
-@dataclass(frozen=True)
-class Milestone:
-    """What the notifier tells a project's subscribers: a plan, a commit or the end."""
-
-    project_id: int
-    kind: str
-    data: dict[str, Any]
-
-
-Notify = Callable[[Milestone], None]
 
 
 class _AlreadyEnded(Exception):
@@ -66,7 +53,7 @@ class RunPublisher:
         self.error_emitted = False
 
     async def emit(self, name: str, data: dict[str, Any]) -> None:
-        """Queue an event of the spec's Project stream (the runner's ``emit``)."""
+        """Queue an event of the spec's Project stream (the agent loop's ``emit``)."""
         self._queued.append((name, data))
         if name == "commit":
             self.last_commit_sha = str(data["sha"])
@@ -95,7 +82,7 @@ class RunPublisher:
                 return None
             if ending is not None:
                 batch.append(("done", {"runId": self._run_id, "finalStatus": ending.status}))
-            items = [(name, eventlog.encode_data(data)) for name, data in batch]
+            items = [(name, event_log.encode_data(data)) for name, data in batch]
             # Once taken from the queue, a batch is committed and fanned out even if the
             # run is being cancelled: dropping it would leave a hole in the stream.
             with trio.CancelScope(shield=True):
@@ -120,7 +107,7 @@ class RunPublisher:
             ended = record_end(self._service, connection, self._run_id, ending)
             if ended is None:
                 raise _AlreadyEnded(self._run_id)
-        events = eventlog.append_events(connection, self._stream, self._run_id, items,
+        events = event_log.append_events(connection, self._stream, self._run_id, items,
                                         self._keep)
         return events, ended
 
@@ -129,7 +116,7 @@ class RunPublisher:
         service = self._service
         await deliver_local(service, self._stream, events)
         if service.shared.redis is not None:
-            await eventlog.mirror_to_redis(service.shared.redis, self._stream, events,
+            await event_log.mirror_to_redis(service.shared.redis, self._stream, events,
                                            self._keep)
         if self._notify is None or self._project_id is None:
             return

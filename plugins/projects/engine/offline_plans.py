@@ -1,8 +1,9 @@
-"""The four agent templates a project can start from, with their offline plans.
+"""The offline plans of the four built-in templates: real files derived from the brief.
 
 An offline plan turns the project's brief into real files, written and committed
-through the same tools a model would call. The files are derived from the brief alone
-and say so where it matters (a research report drafted offline consulted no sources).
+through the same tools a model would call (the ``offline`` backend plays it). The files
+are derived from the brief alone and say so where it matters (a research report drafted
+offline consulted no sources).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.agents import AgentTemplate, PlannedCall, PlannedStep
+from runtime.agents import PlannedCall, PlannedStep
 
 _STOPWORDS = frozenset(
     "about after also and any are build built can each for from have into its let lets more "
@@ -26,12 +27,6 @@ _STOPWORDS = frozenset(
 _LEADING_REQUEST = re.compile(
     r"^(?:please\s+)?(?:build|create|make|write|design|develop|research|study|plan)\s+"
     r"(?:(?:me|us)\s+)?(?:(?:a|an|the)\s+)?", re.IGNORECASE)
-
-_TOOLS_GUIDE = (
-    "Work only through the tools: write_file, read_file, list_files, git_commit, "
-    "take_screenshot and, when allowed, run_command. Commit after each coherent step with "
-    "a short imperative message. Start your first reply with a numbered plan."
-)
 
 
 def _sentences(brief: str) -> list[str]:
@@ -121,7 +116,7 @@ if __name__ == "__main__":
 '''
 
 
-def _fullstack_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
+def fullstack_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
     headline = _headline(brief, project)
     # The first sentence usually names the project; the rest describe what it does.
     features = _sentences(brief)[1:] or _sentences(brief)
@@ -215,7 +210,7 @@ def test_unknown_message_points_to_help():
 '''
 
 
-def _bot_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
+def bot_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
     headline = _headline(brief, project)
     topics = _keywords(brief, 5) or ["help"]
     bot = _fill(_BOT_PY, NAME=headline, ABOUT=" ".join(brief.split()), TOPICS=topics)
@@ -240,7 +235,7 @@ def _bot_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
 
 # ---------------------------------------------------------------- content-machine
 
-def _content_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
+def content_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
     headline = _headline(brief, project)
     angles = _sentences(brief)[:3]
     keywords = _keywords(brief, 6)
@@ -285,7 +280,7 @@ def _content_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
 
 # ---------------------------------------------------------------- research-agent
 
-def _research_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
+def research_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
     headline = _headline(brief, project)
     questions = [sentence.rstrip(".!?") for sentence in _sentences(brief)]
     keywords = _keywords(brief, 8)
@@ -317,33 +312,4 @@ def _research_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
                     "Now the full report: key terms, the questions, and what is still open. "
                     "I have no sources offline, so the findings say so.",
                     [_write("report.md", report), _commit("Write the research report")]),
-    ]
-
-
-def builtin_templates() -> list[AgentTemplate]:
-    """Return the four presets of the Project ``agentTemplate`` enum."""
-    return [
-        AgentTemplate(
-            "fullstack-builder", "Builds a small web app: page, script, API server stub, README.",
-            "You build small full-stack web apps from a one-paragraph brief: an index.html, "
-            "its JavaScript, a minimal API server and a README. Take a screenshot of the "
-            f"page once it exists. {_TOOLS_GUIDE}",
-            _fullstack_plan),
-        AgentTemplate(
-            "bot-builder", "Builds a command bot with tests and a README.",
-            "You build chat bots from a one-paragraph brief: bot.py with clear commands, "
-            f"tests of its replies and a README. {_TOOLS_GUIDE}",
-            _bot_plan),
-        AgentTemplate(
-            "content-machine", "Plans and writes a series of markdown posts with an index page.",
-            "You plan and write series of markdown posts from a one-paragraph brief: a "
-            "content plan, one file per post under posts/, and an index.html linking them. "
-            f"{_TOOLS_GUIDE}",
-            _content_plan),
-        AgentTemplate(
-            "research-agent", "Writes a structured research report (report.md).",
-            "You write research reports from a one-paragraph brief: report.md with the "
-            "question, key terms, questions to investigate, findings with their sources, "
-            f"limitations and next steps. Never invent sources. {_TOOLS_GUIDE}",
-            _research_plan),
     ]

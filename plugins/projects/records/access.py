@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from plugins.projects.errors import PrivateForbidden
-from plugins.projects.store import Project, get_project
+from plugins.projects.records.projects import Project, get_project
 from runtime.context import current_principal, require_user
 from runtime.errors import Forbidden, NotFound
 from runtime.principal import Principal

@@ -1,4 +1,4 @@
-"""Projects in the database: creation, reads, status transitions and subscribers.
+"""Project rows: creation, reads and status transitions.
 
 Every function takes an open connection, so callers compose them into one transaction.
 Status values and their transitions (``docs/projects.md`` has the table):
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from plugins.projects.errors import ProjectLocked, TokenNoMatch
-from plugins.projects.tables import projects, subscribers
-from plugins.projects.tokens import get_token
+from plugins.projects.tables import projects
+from runtime.contracts.tokens import TokenRegistry
 from runtime.errors import Conflict, NotFound
 from runtime.wire import as_utc, iso, utcnow
 
@@ -109,19 +109,26 @@ def _active_project_of(connection: Connection, token_slug: str) -> str | None:
         projects.c.active_token == token_slug)).scalar()
 
 
-def create_project(connection: Connection, *, owner_id: int, owner_address: str | None,
-                   token_slug: str, title: str, brief: str, agent_template: str,
-                   private: bool) -> Project:
+def create_project(connection: Connection, tokens: TokenRegistry, *, owner_id: int,
+                   owner_address: str | None, token_slug: str, title: str, brief: str,
+                   agent_template: str, private: bool) -> Project:
     """Create an idle project attached to ``token_slug`` with a readable, unique slug.
 
+    The token's owner is read from ``tokens`` (the registry contract) on ``connection``,
+    so the check and the new project commit together.
+
     :raises NotFound: no token has this slug.
-    :raises TokenNoMatch: the caller's address does not own the token.
+    :raises TokenNoMatch: the caller has no address, or their address does not own the
+        token.
     :raises ProjectLocked: the token already has an active project.
     """
-    token = get_token(connection, token_slug)
+    token = tokens.get(connection, token_slug)
     if token is None:
         raise NotFound(f"no token with slug {token_slug!r}")
-    if owner_address is None or owner_address.lower() != token.owner_address:
+    if owner_address is None:
+        raise TokenNoMatch(f"token {token_slug!r} is owned by an address and your account has "
+                           "none: sign in with the wallet that owns it")
+    if owner_address.lower() != token.owner_address:
         raise TokenNoMatch(f"token {token_slug!r} is not owned by your address")
     base = slugify(title)
     now = utcnow()
@@ -185,25 +192,3 @@ def cancel_idle(connection: Connection, project_id: int) -> bool:
     return connection.execute(
         update(projects).where(projects.c.id == project_id).where(projects.c.status == "idle")
         .values(status="cancelled", active_token=None, updated_at=utcnow())).rowcount == 1
-
-
-def subscribe(connection: Connection, project_id: int, user_id: int) -> None:
-    """Subscribe the user to the project's milestones (again is a no-op)."""
-    try:
-        with connection.begin_nested():
-            connection.execute(insert(subscribers).values(
-                project_id=project_id, user_id=user_id, created_at=utcnow()))
-    except IntegrityError:
-        pass
-
-
-def unsubscribe(connection: Connection, project_id: int, user_id: int) -> None:
-    connection.execute(delete(subscribers).where(subscribers.c.project_id == project_id)
-                       .where(subscribers.c.user_id == user_id))
-
-
-def subscriber_ids(connection: Connection, project_id: int) -> list[int]:
-    """The users subscribed to the project's milestones."""
-    query = (select(subscribers.c.user_id).where(subscribers.c.project_id == project_id)
-             .order_by(subscribers.c.user_id))
-    return [int(user_id) for user_id in connection.execute(query).scalars()]

@@ -2,7 +2,7 @@
 
 A backend is turn-based: given the conversation so far and the tools on offer, it
 returns the assistant's text and the tool calls of the next turn; a turn without calls
-means the model is finished. The runner owns the conversation and the tools; a
+means the model is finished. The agent loop owns the conversation and the tools; a
 backend owns only its connection to the model.
 """
 
@@ -29,7 +29,7 @@ class ModelBackendError(Exception):
 class ToolCallRequest:
     """One tool call the model asked for.
 
-    ``arguments`` is the JSON text exactly as the model produced it; the runner parses
+    ``arguments`` is the JSON text exactly as the model produced it; the agent loop parses
     it, so malformed arguments reach the model as a tool error it can correct.
     """
 
@@ -52,7 +52,7 @@ class ModelTurn:
 
 @dataclass(frozen=True)
 class ConversationMessage:
-    """One entry of the conversation the runner keeps and sends to the backend.
+    """One entry of the conversation the agent loop keeps and sends to the backend.
 
     ``calls`` are set on assistant messages that made tool calls; ``call_id`` is set on
     ``tool`` messages and names the call whose result ``text`` carries.

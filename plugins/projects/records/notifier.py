@@ -11,12 +11,14 @@ so notifying never slows or fails a run.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from plugins.projects.publisher import Milestone
-from plugins.projects.store import get_project_by_id, subscriber_ids
+from plugins.projects.records.projects import get_project_by_id
+from plugins.projects.records.subscribers import subscriber_ids
 from runtime.actors import ActorSpec, Mailbox
 from runtime.contracts.messenger import MESSENGER_ACTOR, MessageUser
 from runtime.service import Service
@@ -24,6 +26,18 @@ from runtime.service import Service
 log = logging.getLogger("flowsvc.projects.notifier")
 NOTIFIER = "projects.notifier"
 _PLAN_STEPS_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Milestone:
+    """What the notifier tells a project's subscribers: a plan, a commit or the end."""
+
+    project_id: int
+    kind: str
+    data: dict[str, Any]
+
+
+Notify = Callable[[Milestone], None]
 
 
 def milestone_text(title: str, milestone: Milestone) -> str:

@@ -17,16 +17,10 @@ from typing import Any
 
 import trio
 
-from plugins.projects import eventlog
-from plugins.projects.broadcaster import (
-    Append,
-    Ring,
-    Subscribe,
-    Subscription,
-    broadcaster_name,
-    broadcaster_spec,
-)
-from plugins.projects.eventlog import StreamEvent
+from plugins.projects.live import event_log
+from plugins.projects.live.broadcaster import Append, Subscribe, broadcaster_name, broadcaster_spec
+from plugins.projects.live.event_log import StreamEvent
+from plugins.projects.live.ring import Ring, Subscription
 from plugins.projects.settings import ProjectsSettings
 from runtime.actors import ActorSpec, Address, Mailbox, Request, serve_mailbox
 from runtime.errors import Unavailable
@@ -104,7 +98,7 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
         while True:
             for stream in [stream for stream, ring in rings.items() if ring.closed]:
                 del rings[stream]
-            keys = {eventlog.redis_stream(stream): stream for stream in rings}
+            keys = {event_log.redis_stream(stream): stream for stream in rings}
             positions: dict[str, str] = {key: f"0-{rings[stream].last_seq}"
                                          for key, stream in keys.items()}
             positions[wake_stream] = "$"
@@ -118,7 +112,7 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
                 stream_of_key = keys.get(key)
                 if stream_of_key is not None:
                     await deliver_local(service, stream_of_key, [
-                        eventlog.event_from_entry(entry) for entry in entries])
+                        event_log.event_from_entry(entry) for entry in entries])
 
     async def handle(message: object) -> Address:
         if not isinstance(message, OpenStream):

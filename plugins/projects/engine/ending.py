@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 from sqlalchemy import Connection
 
-from plugins.projects.runstore import RunRecord, end_run
-from plugins.projects.store import get_project_by_id, set_project_status
+from plugins.projects.engine.run_rows import RunRecord, end_run
+from plugins.projects.records.projects import get_project_by_id, set_project_status
 from runtime.events import EventType
 from runtime.service import Service
 

@@ -23,20 +23,13 @@ import trio
 from prometheus_client import Gauge
 from sqlalchemy import Connection
 
-from plugins.projects import runstore
-from plugins.projects.ending import RunEnding
-from plugins.projects.publisher import Notify
-from plugins.projects.runs import (
-    QUEUE,
-    Job,
-    RunRequest,
-    SubmitRun,
-    end_with,
-    execute_run,
-    publisher_for,
-)
+from plugins.projects.engine import run_rows
+from plugins.projects.engine.ending import RunEnding
+from plugins.projects.engine.execute import end_with, execute_run, publisher_for
+from plugins.projects.engine.submit import QUEUE, Job, RunRequest, SubmitRun
+from plugins.projects.records.notifier import Notify
+from plugins.projects.records.projects import set_project_status
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.store import set_project_status
 from runtime.actors import ActorSpec, Mailbox, serve_mailbox
 from runtime.contracts.runs import Prepare
 from runtime.errors import Unavailable
@@ -105,7 +98,7 @@ class Backlog:
 def _submit(connection: Connection, job: Job, prepare: Prepare | None, worker: str,
             lease_seconds: float) -> None:
     request = job.request
-    runstore.insert_run(
+    run_rows.insert_run(
         connection, run_id=job.run_id, stream=request.stream, project_id=request.project_id,
         owner_id=request.owner_id, template=request.template.name, key_id=request.key_id,
         priority=job.priority, worker=worker, lease_seconds=lease_seconds)
@@ -114,7 +107,7 @@ def _submit(connection: Connection, job: Job, prepare: Prepare | None, worker: s
 
 
 def _take(connection: Connection, run_id: str) -> bool:
-    run = runstore.mark_running(connection, run_id)
+    run = run_rows.mark_running(connection, run_id)
     if run is not None and run.project_id is not None:
         set_project_status(connection, run.project_id, "running")
     return run is not None
@@ -182,7 +175,7 @@ class RunQueue:
         return False
 
     async def submit(self, request: RunRequest, prepare: Prepare | None, priority: int) -> str:
-        job = Job(runstore.new_run_id(), request, priority, next(self._order))
+        job = Job(run_rows.new_run_id(), request, priority, next(self._order))
         await self.service.db.write(_submit, job, prepare, self.worker,
                                     self.settings.lease_seconds)
         self.backlog.push(job)
@@ -196,7 +189,7 @@ class RunQueue:
 
     async def sweep(self, *, any_other_worker: bool) -> None:
         """End the live runs of processes that stopped without ending them."""
-        for run in await self.service.db.read(runstore.orphaned_runs, self.worker,
+        for run in await self.service.db.read(run_rows.orphaned_runs, self.worker,
                                               any_other_worker):
             log.warning("ending run %s of a stopped process (worker %s)", run.id, run.worker)
             await self.end_unrun(run.stream, run.id, run.project_id,
@@ -207,7 +200,7 @@ class RunQueue:
             await trio.sleep(self.settings.lease_seconds / 3)
             held = [*self.backlog.run_ids(), *self.running]
             try:
-                await self.service.db.write(runstore.renew_leases, held,
+                await self.service.db.write(run_rows.renew_leases, held,
                                             self.settings.lease_seconds)
                 await self.sweep(any_other_worker=False)
             except Unavailable:

@@ -1,0 +1,100 @@
+"""The broadcaster: one actor per streamed project, owning the stream's ring.
+
+The actor loads the ring (``live.ring``) from the database when it starts, appends what
+publishers (in this process) and the hub's Redis tail (events of runs in other processes)
+send it, fills any gap from the database, and hands out subscriptions. It stops when
+nobody has read or written for ``idle_seconds``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from plugins.projects.live import event_log
+from plugins.projects.live.event_log import StreamEvent
+from plugins.projects.live.ring import Ring, Subscription
+from runtime.actors import ActorSpec, Mailbox, Request
+from runtime.service import Service
+
+
+@dataclass(frozen=True)
+class Subscribe(Request["tuple[Subscription, str | None]"]):
+    """Message: a reader's subscription from ``last_event_id`` (without one, from the first
+    event of ``latest_run_id``), and the lost-events header value if any."""
+
+    last_event_id: str | None
+    latest_run_id: str | None
+
+
+@dataclass(frozen=True)
+class Append:
+    """Message (cast): committed events of the stream, in order."""
+
+    events: list[StreamEvent]
+
+
+def broadcaster_name(stream: str) -> str:
+    return f"projects.stream.{stream}"
+
+
+def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
+                     idle_seconds: float, heartbeat_seconds: float) -> ActorSpec:
+    """The broadcaster actor of ``stream``, owning ``ring``.
+
+    Messages: ``Subscribe`` and ``Append`` (a cast; duplicates are skipped, gaps filled from
+    the database). Every ``heartbeat_seconds`` it beats the ring. It is
+    ``temporary``: when it ends or crashes, its ring is closed and readers reconnect to a
+    fresh one.
+    """
+
+    async def append(events: list[StreamEvent]) -> None:
+        for event in events:
+            if event.seq <= ring.last_seq:
+                continue
+            if event.seq > ring.last_seq + 1:
+                for missed in await service.db.read(event_log.events_between, stream,
+                                                    ring.last_seq, event.seq - 1):
+                    ring.append(missed)
+            ring.append(event)
+        ring.wake()
+
+    async def handle(message: object) -> tuple[Subscription, str | None] | None:
+        match message:
+            case Append(events):
+                await append(events)
+                return None
+            case Subscribe(last_event_id, latest_run_id):
+                cursor, lost = ring.start_cursor(last_event_id, latest_run_id)
+                ring.touched = trio.current_time()
+                return Subscription(ring, cursor, max_lag), lost
+        raise TypeError(f"{broadcaster_name(stream)} does not understand {message!r}")
+
+    async def run(mailbox: Mailbox, *,
+                  task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            events, last = await service.db.read(event_log.recent_events, stream, ring.capacity)
+            ring.reset(events, last)
+            task_status.started()
+            while True:
+                with trio.move_on_after(min(heartbeat_seconds, idle_seconds / 2)):
+                    try:
+                        envelope = await mailbox.receive()
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
+                        return
+                    try:
+                        envelope.reply(await handle(envelope.message))
+                    except Exception as exc:  # the caller owns the failure
+                        envelope.fail(exc)
+                    continue
+                ring.beat()
+                idle = trio.current_time() - ring.touched >= idle_seconds
+                if ring.readers == 0 and idle:
+                    return
+        finally:
+            ring.close()
+
+    return ActorSpec(name=broadcaster_name(stream), run=run, restart="temporary",
+                     mailbox_size=256)
