@@ -4,8 +4,9 @@ A pass claims the live subscriptions whose ``due_at`` has come on the billing cl
 (``subscriptions.claim_due``: a lease of ``lease_seconds`` real seconds, taken with ``FOR
 UPDATE SKIP LOCKED`` on PostgreSQL and a compare-and-set everywhere, so each renewal and
 retry is done by one process), runs each one's step (``renewals.step``) and frees the
-USDT amounts whose quarantine is over. Then it sleeps until the next ``due_at``, at most
-``scheduler_poll_seconds`` (work made due by other processes), or until the test clock moves.
+USDT amounts whose quarantine is over. Then it sleeps until the next ``due_at`` (or the end
+of a lease held on due work), at most ``scheduler_poll_seconds`` (work made due by other
+processes), or until the test clock moves.
 
 Nothing is kept in memory that the database does not have: a restart in the middle of a
 step finds the subscription due again once its lease ends and repeats the step with the
@@ -75,11 +76,10 @@ class Scheduler:
                                 subscription.id, getattr(exc, "message", type(exc).__name__))
             if len(claimed) < BATCH:
                 break
-        due = await db.read(subscriptions.next_due, utcnow())
-        if due is None:
+        wait = await db.read(subscriptions.seconds_to_next, clock.now(), utcnow())
+        if wait is None:
             return settings.scheduler_poll_seconds
-        return min(max((due - clock.now()).total_seconds(), MIN_NAP_SECONDS),
-                   settings.scheduler_poll_seconds)
+        return min(max(wait, MIN_NAP_SECONDS), settings.scheduler_poll_seconds)
 
     async def loop(self) -> None:
         backoff = MIN_NAP_SECONDS

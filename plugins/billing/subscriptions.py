@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, insert, or_, select, update
+from sqlalchemy import Connection, func, insert, not_, or_, select, update
 
 from plugins.billing.events import emit
 from plugins.billing.tables import subscriptions
@@ -245,12 +245,19 @@ def claim_due(connection: Connection, now: datetime, real_now: datetime, owner: 
     return claimed
 
 
-def next_due(connection: Connection, real_now: datetime) -> datetime | None:
-    """The earliest ``due_at`` of the live subscriptions nobody holds."""
-    moment = connection.execute(
-        select(subscriptions.c.due_at).where(subscriptions.c.status.in_(LIVE))
-        .where(subscriptions.c.due_at.is_not(None))
-        .where(or_(subscriptions.c.claimed_until.is_(None),
-                   subscriptions.c.claimed_until < real_now))
-        .order_by(subscriptions.c.due_at).limit(1)).scalar()
-    return _time(moment)
+def seconds_to_next(connection: Connection, now: datetime, real_now: datetime
+                    ) -> float | None:
+    """Seconds until the scheduler may have work: the earliest ``due_at`` nobody holds (on
+    the billing clock), or the earliest lease on due work that ends (real time); None
+    when no live subscription has anything scheduled."""
+    free = or_(subscriptions.c.claimed_until.is_(None), subscriptions.c.claimed_until < real_now)
+    live_rows = (subscriptions.c.status.in_(LIVE), subscriptions.c.due_at.is_not(None))
+    due = _time(connection.execute(
+        select(func.min(subscriptions.c.due_at)).where(*live_rows, free)).scalar())
+    lease = _time(connection.execute(
+        select(func.min(subscriptions.c.claimed_until))
+        .where(*live_rows, subscriptions.c.due_at <= now, not_(free))).scalar())
+    waits = [(due - now).total_seconds()] if due is not None else []
+    if lease is not None:
+        waits.append((lease - real_now).total_seconds())
+    return min(waits, default=None)

@@ -6,6 +6,7 @@ Requests are form-encoded with the secret key as a bearer token and honour
 pays a session and sends ``checkout.session.completed`` to the service, signed as Stripe
 documents: ``Stripe-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">``.
 Customers in ``declining`` have their off-session charges declined (402, ``card_error``).
+``requests`` lists every authenticated request (path, idempotency key), replays included.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class FakeGateway:
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
     charges: list[dict[str, Any]] = field(default_factory=list)
     declining: set[str] = field(default_factory=set)
+    requests: list[tuple[str, str | None]] = field(default_factory=list)
     _replies: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
 
     def app(self) -> QuartTrio:
@@ -59,6 +61,7 @@ class FakeGateway:
             return _json(401, {"error": {"type": "invalid_request_error",
                                          "message": "Invalid API Key provided"}})
         key = request.headers.get("Idempotency-Key")
+        self.requests.append((request.path, key))
         if key is None or key not in self._replies:
             reply = make(dict(await request.form))
             if key is None:
