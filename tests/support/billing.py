@@ -16,18 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import Connection
 
 from plugins.billing.clock import TestClock
 from plugins.billing.state import BILLING
-from runtime.events import OutboundEvent
-from runtime.hookspecs import hookimpl
 from runtime.server import Running
 from runtime.service import Service
 from tests.support.backends import REDIS_URL, redis_prefix
-from tests.support.fake_cryptopay import FakeCryptoPay, running_cryptopay
-from tests.support.fake_gateway import FakeGateway, running_gateway
-from tests.support.projects import eventually
+from tests.support.fake_cryptopay import FakeCryptoPay
+from tests.support.fake_gateway import FakeGateway
+from tests.support.fake_provider import running_fake
+from tests.support.projects import EventRecorder, eventually
 from tests.support.server import make_settings, running_server, settings_env
 
 PLUGINS = ["auth", "chain", "billing"]
@@ -58,20 +56,11 @@ def billing_env(var_dir: Path, database_url: str, *, cryptopay: FakeCryptoPay | 
                         redis_prefix=redis_prefix(), plugins=plugins or PLUGINS, extra=env)
 
 
-class EventLog:
-    """The account events a service emits (registered on its plugin manager)."""
-
-    def __init__(self) -> None:
-        self.events: list[OutboundEvent] = []
-
-    @hookimpl
-    def flowsvc_event_emitted(self, service: Service, connection: Connection,
-                              event: OutboundEvent) -> None:
-        self.events.append(event)
-
-    def named(self, name: str, user_id: int | None = None) -> list[dict[str, Any]]:
-        return [dict(event.data) for event in self.events
-                if event.name == name and user_id in (None, event.user_id)]
+def events_named(recorder: EventRecorder, name: str, user_id: int | None = None
+                 ) -> list[dict[str, Any]]:
+    """The payloads of the recorded events called ``name`` (of ``user_id`` if given)."""
+    return [dict(event.data) for event in recorder.events
+            if event.name == name and user_id in (None, event.user_id)]
 
 
 @dataclass
@@ -79,7 +68,7 @@ class Stack:
     running: Running
     cryptopay: FakeCryptoPay
     gateway: FakeGateway
-    events: EventLog = field(default_factory=EventLog)
+    events: EventRecorder = field(default_factory=EventRecorder)
 
     @property
     def service(self) -> Service:
@@ -90,6 +79,10 @@ class Stack:
         clock = self.service.state(BILLING).clock
         assert isinstance(clock, TestClock)
         return clock
+
+    def named(self, name: str, user_id: int | None = None) -> list[dict[str, Any]]:
+        """The payloads of the events called ``name`` this service emitted."""
+        return events_named(self.events, name, user_id)
 
     def advance(self, seconds: float) -> None:
         """Move the billing clock forward (the scheduler wakes at once)."""
@@ -137,7 +130,7 @@ async def until_subscription(http: httpx.AsyncClient, timeout: float = 15.0,
 async def billing_stack(var_dir: Path, database_url: str, *, plugins: list[str] | None = None,
                         extra: dict[str, str] | None = None) -> AsyncIterator[Stack]:
     """Fake providers and a running service wired to them, until the block ends."""
-    async with running_cryptopay() as cryptopay, running_gateway() as gateway:
+    async with running_fake(FakeCryptoPay()) as cryptopay, running_fake(FakeGateway()) as gateway:
         env = billing_env(var_dir, database_url, cryptopay=cryptopay, gateway=gateway,
                           plugins=plugins, extra=extra)
         async with running_server(make_settings(env), env) as running:

@@ -13,8 +13,6 @@ import hmac
 import itertools
 import json
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +21,7 @@ import httpx
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from tests.support.fake_provider import deliver, serve_fake
+from tests.support.fake_provider import deliver
 
 TOKEN = "12345:AAfakeCryptoPayAppTokenForTests"
 
@@ -93,12 +91,3 @@ def _now() -> str:
 
 def _json(body: dict[str, Any], status: int = 200) -> Response:
     return Response(json.dumps(body), status=status, content_type="application/json")
-
-
-@asynccontextmanager
-async def running_cryptopay() -> AsyncIterator[FakeCryptoPay]:
-    """A fake Crypto Pay on a free loopback port (set ``webhook_url`` once the service runs)."""
-    fake = FakeCryptoPay()
-    async with serve_fake(fake.app()) as base_url:
-        fake.base_url = base_url
-        yield fake

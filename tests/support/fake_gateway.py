@@ -16,8 +16,6 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +23,7 @@ import httpx
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from tests.support.fake_provider import deliver, serve_fake
+from tests.support.fake_provider import deliver
 
 SECRET_KEY = "sk_test_fakeGatewaySecretKey"
 WEBHOOK_SECRET = "whsec_fakeGatewayWebhookSecret"
@@ -123,12 +121,3 @@ class FakeGateway:
 
 def _json(status: int, body: dict[str, Any]) -> Response:
     return Response(json.dumps(body), status=status, content_type="application/json")
-
-
-@asynccontextmanager
-async def running_gateway() -> AsyncIterator[FakeGateway]:
-    """A fake gateway on a free loopback port (set ``webhook_url`` once the service runs)."""
-    fake = FakeGateway()
-    async with serve_fake(fake.app()) as base_url:
-        fake.base_url = base_url
-        yield fake

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Protocol, TypeVar
 
 import httpx
 import trio
@@ -33,6 +34,23 @@ async def serve_fake(app: QuartTrio) -> AsyncIterator[str]:
             yield str(binds[0])
         finally:
             stop.set()
+
+
+class Fake(Protocol):
+    base_url: str
+
+    def app(self) -> QuartTrio: ...
+
+
+F = TypeVar("F", bound=Fake)
+
+
+@asynccontextmanager
+async def running_fake(fake: F) -> AsyncIterator[F]:
+    """``fake`` served on a free loopback port, its ``base_url`` set, until the block ends."""
+    async with serve_fake(fake.app()) as base_url:
+        fake.base_url = base_url
+        yield fake
 
 
 async def deliver(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:

@@ -89,10 +89,10 @@ async def test_crypto_bot_checkout_activates_once_on_a_verified_callback(
         assert second_update.status_code == 200
         assert second_update.json()["outcome"] == "repeated"
         assert [p["outcome"] for p in await payments_of(http)] == ["granted"]
-        assert stack.events.named("subscription.granted", user_id) == [{
+        assert stack.named("subscription.granted", user_id) == [{
             "tier": "plus", "amount_flow": "0.000000", "purpose": "checkout",
             "renews_at": active["renewsAt"], "subscription_id": body["subscriptionId"]}]
-        received = stack.events.named("payment.received", user_id)
+        received = stack.named("payment.received", user_id)
         assert len(received) == 1 and received[0]["amount_usd"] == "20.000000"
         assert (received[0]["provider"], received[0]["amount_flow"]) == \
             ("crypto_bot", "0.000000")

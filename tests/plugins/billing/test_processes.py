@@ -20,9 +20,9 @@ from tests.support.billing import (
     subscription,
     until_subscription,
 )
-from tests.support.fake_cryptopay import running_cryptopay
-from tests.support.fake_gateway import running_gateway
-from tests.support.fake_provider import deliver
+from tests.support.fake_cryptopay import FakeCryptoPay
+from tests.support.fake_gateway import FakeGateway
+from tests.support.fake_provider import deliver, running_fake
 from tests.support.marketplace import signed_in
 from tests.support.processes import serving
 from tests.support.projects import eventually
@@ -35,7 +35,8 @@ USERS = 6
 @pytest.mark.skipif(not POSTGRES_URL, reason="needs FLOWSVC_TEST_POSTGRES_URL")
 async def test_two_processes_renew_each_subscription_once(tmp_path: Path) -> None:
     with postgres_schema() as database_url:
-        async with running_cryptopay() as cryptopay, running_gateway() as gateway:
+        async with running_fake(FakeCryptoPay()) as cryptopay, \
+                running_fake(FakeGateway()) as gateway:
             env = billing_env(tmp_path / "var", database_url, cryptopay=cryptopay,
                               gateway=gateway, extra={"FLOWSVC_SERVICE_LOG_LEVEL": "warning"})
             ports = [free_port(), free_port()]

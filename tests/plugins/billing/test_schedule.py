@@ -99,10 +99,10 @@ async def test_gateway_renews_downgrades_upgrades_and_cancels_after_a_week_of_gr
         stack.advance(DAY)
         ended = await until_subscription(http, status="canceled", tier="none")
         assert not any(ended["features"].values()) and ended["renewsAt"] is None
-        assert [event["reason"] for event in stack.events.named("subscription.canceled")] == \
+        assert [event["reason"] for event in stack.named("subscription.canceled")] == \
             ["payment_failed"]
-        assert len(stack.events.named("subscription.grace", user_id)) == 2
-        assert len(stack.events.named("subscription.ended", user_id)) == 1
+        assert len(stack.named("subscription.grace", user_id)) == 2
+        assert len(stack.named("subscription.ended", user_id)) == 1
         # The checkout, the renewal, the upgrade and the successful retry were paid; the
         # other attempts were declined and charged nothing.
         granted = [p for p in (await http.get("/me/subscription/payments")).json()["payments"]

@@ -79,7 +79,7 @@ async def test_final_transfers_activate_exactly_and_report_the_rest(
                     tx_hash=exact.tx_hash)  # the same transfer again: nothing new
         await index(service, amount, payer_wallet.address.lower(), block_time=now)
         assert await outcomes(payer) == ["duplicate", "granted"]
-        received = stack.events.named("payment.received")
+        received = stack.named("payment.received")
         assert [event["outcome"] for event in received] == ["granted", "duplicate"]
         assert received[0]["amount_usd"] == f"{Decimal(amount) / 10**18:.6f}"
 
