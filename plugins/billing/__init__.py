@@ -1,8 +1,10 @@
-"""Billing: subscription checkout and payments through an external provider, tier grants and
-(deprecated) payouts.
+"""Billing: subscriptions (tiers plus, pro, max) paid through three providers, and the
+feature flags they grant.
 
-Not built yet. For now the plugin only declares the webhook events it will emit, so that
-integrators can subscribe to them: ``payment.received``, ``subscription.granted``,
-``payout.sent`` and ``payout.failed`` (the ``/me/payouts`` endpoints are deprecated, their
-events stay subscribable).
+It owns ``POST /subscriptions/checkout``, ``/me/subscription`` (read, cancel, change, the
+payment history), the providers' inbound callbacks (``/billing/webhooks/<provider>``), the
+internal clock and payment list, the ``billing_*`` tables, the ``billing.scheduler`` actor
+(renewals, grace, retries, lapses), the ``flowsvc_user_features`` flags of the tier table
+and the ``usdt_bep20`` treasury watch of the chain contract. Subscriptions grant no FLOW.
+It also declares the events of the deprecated payouts. ``docs/billing.md`` describes it all.
 """

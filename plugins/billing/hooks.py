@@ -1,20 +1,63 @@
-"""Hook implementations of the billing plugin (for now: its webhook event declarations)."""
+"""Hook implementations of the billing plugin: glue only."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from quart import Blueprint
+from sqlalchemy import Connection
+
+from plugins.billing import callbacks, chain, routes, subscriptions, tables
+from plugins.billing.events import EVENT_TYPES
+from plugins.billing.scheduler import scheduler_actor
+from plugins.billing.settings import BillingSettings
+from plugins.billing.state import BILLING
+from plugins.billing.tiers import features
+from runtime.actors import ActorSpec
+from runtime.contracts.chain import FinalTransfer, TransferWatch
 from runtime.events import EventType
 from runtime.hookspecs import hookimpl
+from runtime.plugin_kit import standard_hooks
+from runtime.service import Service
+
+flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
+    "billing", BillingSettings, tables.metadata, Path(__file__).parent / "migrations")
+
+
+@hookimpl
+def flowsvc_requires() -> list[str]:
+    return ["auth", "chain"]  # the messenger (renewal invoices), final USDT transfers
+
+
+@hookimpl
+def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    return [routes.blueprint, callbacks.blueprint]
+
+
+@hookimpl
+def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    return [scheduler_actor(service, service.state(BILLING))]
 
 
 @hookimpl
 def flowsvc_webhook_events() -> list[EventType]:
-    return [
-        EventType("payment.received", "A payment reached the service through a provider "
-                  "(provider, amount_usd, amount_flow)."),
-        EventType("subscription.granted", "A subscription tier became active after the "
-                  "provider confirmed payment (tier, amount_flow)."),
-        EventType("payout.sent", "A payout was sent on chain (payout_id, amount_flow, tx_hash); "
-                  "payouts are deprecated."),
-        EventType("payout.failed", "A payout could not be sent (payout_id, amount_flow, reason); "
-                  "payouts are deprecated."),
-    ]
+    return EVENT_TYPES
+
+
+@hookimpl
+async def flowsvc_user_features(service: Service, user_id: int) -> dict[str, bool]:
+    """Read on every call (no cache), so a change is seen at once by every process."""
+    subscription = await service.db.read(subscriptions.live, user_id)
+    now = service.state(BILLING).clock.now()
+    return features(subscription.live_tier(now) if subscription is not None else None)
+
+
+@hookimpl
+def flowsvc_chain_watches(service: Service) -> list[TransferWatch]:
+    return chain.watches(service)
+
+
+@hookimpl
+def flowsvc_chain_transfer(service: Service, connection: Connection,
+                           transfer: FinalTransfer) -> None:
+    chain.on_transfer(service, connection, transfer)
