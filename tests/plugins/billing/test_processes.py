@@ -32,8 +32,10 @@ from tests.support.wallet import sign_in
 USERS = 6
 
 
-@pytest.mark.skipif(not POSTGRES_URL, reason="needs FLOWSVC_TEST_POSTGRES_URL")
+@pytest.mark.postgres
 async def test_two_processes_renew_each_subscription_once(tmp_path: Path) -> None:
+    assert POSTGRES_URL, ("this test needs FLOWSVC_TEST_POSTGRES_URL (deselect it with "
+                          "-m 'not postgres')")
     with postgres_schema() as database_url:
         async with running_fake(FakeCryptoPay()) as cryptopay, \
                 running_fake(FakeGateway()) as gateway:
