@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pre.add_argument("--config")
     pre.add_argument("--bind")
     known, _ = pre.parse_known_args(argv)
+    refused: list[BaseException] = []
     try:
         # --bind is read before the settings so that public_url follows it.
         bind = {"FLOWSVC_SERVICE_BIND": known.bind} if known.bind else {}
@@ -133,9 +134,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(commands).parse_args(argv)
         configure_logging(settings.service.log_level)
         return _dispatch(settings, args, commands)
-    except ConfigError as exc:
+    except* ConfigError as group:
+        # Raised before anything runs, or while starting inside a nursery (a plugin's
+        # start-up check): one line each.
+        refused = _leaves(group)
+    for exc in refused:
         print(f"flowsvc: {exc}", file=sys.stderr)
-        return 2
+    return 2
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 def _dispatch(settings: Settings, args: argparse.Namespace, commands: list[Command]) -> int:
