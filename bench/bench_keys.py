@@ -6,7 +6,10 @@ backend (SQLite, in-process meters); and with Redis meters. Every key request go
 the whole key path: authentication from the in-process cache, the key's window, the owner's
 bucket and the spend meter, the headers and the usage log. The key's cap (100000 per
 minute) and the owner's bucket (raised to 10^9) never refuse, so every request does all
-the work and none is a cheap 429. Goals: rps ratio >= 0.75 in process, >= 0.55 with Redis.
+the work and none is a cheap 429. The headline is CPU per request against the
+hello-world's (``harness.Measured``); goals: >= 0.92 without a key, >= 0.80 in process,
+>= 0.65 with Redis. Then the key path on Redis with two processes behind one port
+(``--workers 2``) against one, in the same run: goal >= 1.6x the requests per second.
 
 Then the cap's accuracy under load: a key capped at ``--cap`` requests per minute is loaded
 by wrk for a few seconds (16 connections), on one process in memory and on two processes
@@ -28,19 +31,18 @@ import time
 from collections.abc import Iterator, Sequence
 
 import httpx
-from eth_account import Account
-from eth_account.messages import encode_defunct
 
 from bench.harness import (
+    Measured,
     RunningServer,
     WrkMissingError,
-    WrkResult,
-    compare,
     free_port,
     hello_server,
     measure_pair,
-    print_report,
+    measure_servers,
+    new_key,
     python_module_argv,
+    report_measured,
     require_wrk,
     run_wrk,
     running_server,
@@ -73,24 +75,6 @@ def _flowsvc(env: dict[str, str]) -> Iterator[RunningServer]:
         yield server
 
 
-def _new_key(base_url: str, rate_limit_rpm: int) -> tuple[str, str, str]:
-    """Sign in with a fresh wallet and create a key: (raw key, key id, session cookie)."""
-    wallet = Account.create()
-    address = wallet.address.lower()
-    with httpx.Client(base_url=base_url, timeout=30) as http:
-        message = http.post("/auth/nonce", json={"address": address}).json()["message"]
-        signature = wallet.sign_message(encode_defunct(text=message)).signature.hex()
-        verified = http.post("/auth/verify", json={
-            "address": address, "message": message,
-            "signature": "0x" + signature.removeprefix("0x")})
-        verified.raise_for_status()
-        created = http.post("/me/api-keys", json={"name": "bench",
-                                                  "rate_limit_rpm": rate_limit_rpm})
-        created.raise_for_status()
-        key = created.json()["key"]
-        return key["raw_key"], key["id"], http.cookies["svc_session"]
-
-
 def _logged_admissions(servers: Sequence[RunningServer], key_id: str, cookie: str) -> int:
     """Admitted requests of a key by its usage log, once every server's log is written."""
     for server in servers:
@@ -106,7 +90,7 @@ def _logged_admissions(servers: Sequence[RunningServer], key_id: str, cookie: st
 
 def _accuracy(servers: Sequence[RunningServer], cap: int, duration_s: int) -> dict[str, int]:
     """Load one key capped at ``cap`` on every server at once; how many were admitted."""
-    raw, key_id, cookie = _new_key(servers[0].base_url, cap)
+    raw, key_id, cookie = new_key(servers[0].base_url, cap)
     with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
         runs = list(pool.map(lambda server: run_wrk(
             server.url("/healthz"), duration_s=duration_s, connections=16, threads=1,
@@ -118,6 +102,29 @@ def _accuracy(servers: Sequence[RunningServer], cap: int, duration_s: int) -> di
     return {"cap": cap, "admitted": _logged_admissions(servers, key_id, cookie),
             "refused": sum(run.non_2xx for run in runs), "log_dropped": dropped,
             "processes": len(servers)}
+
+
+@contextlib.contextmanager
+def _workers(env: dict[str, str], workers: int) -> Iterator[RunningServer]:
+    """``flowsvc serve --workers N``: N processes sharing one listening socket."""
+    port = free_port()
+    argv = python_module_argv("runtime.cli", "serve", "--bind", f"127.0.0.1:{port}",
+                              "--workers", str(workers))
+    with running_server(argv, base_url=f"http://127.0.0.1:{port}", ready_path="/healthz",
+                        env=env, ready_timeout_s=90) as server:
+        yield server
+
+
+def _scaling(redis_env: dict[str, str], args: argparse.Namespace) -> dict[str, float]:
+    """Requests per second of the key path on one process and on two behind one port, both
+    on Redis, interleaved in the same run."""
+    with _workers(redis_env, 1) as one, _workers(redis_env, 2) as two:
+        raw = new_key(one.base_url, 100_000)[0]
+        pair = measure_pair(one.url("/healthz"), two.url("/healthz"), rounds=args.rounds,
+                            duration_s=args.duration, connections=args.connections * 2,
+                            threads=2, headers={"x-api-key": raw})
+    return {"one_process_rps": pair.baseline.rps, "two_processes_rps": pair.candidate.rps,
+            "scaling": pair.candidate.rps / pair.baseline.rps}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,46 +143,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     prefix = f"flowsvc-bench:{secrets.token_hex(4)}:"
-    measure = dict(rounds=args.rounds, duration_s=args.duration, connections=args.connections)
-    rows: list[tuple[str, WrkResult]] = []
-    pairs = {}
+    knobs = {"rounds": args.rounds, "duration_s": args.duration,
+             "connections": args.connections}
+    measured: dict[str, Measured] = {}
     accuracy = []
     with tempfile.TemporaryDirectory() as memory_dir, tempfile.TemporaryDirectory() as redis_dir:
         memory_env = _env(memory_dir, "", prefix)
         redis_env = _env(redis_dir, args.redis_url, prefix)
         with hello_server() as hello, _flowsvc(memory_env) as embedded:
-            raw = _new_key(embedded.base_url, 100_000)[0]
-            pairs["no key"] = measure_pair(hello.url("/hello"), embedded.url("/healthz"),
-                                           **measure)
-            pairs["key, in process"] = measure_pair(
-                hello.url("/hello"), embedded.url("/healthz"), headers={"x-api-key": raw},
-                **measure)
+            raw = new_key(embedded.base_url, 100_000)[0]
+            measured["no key"] = measure_servers(hello, "/hello", embedded, "/healthz", **knobs)
+            measured["key, in process"] = measure_servers(
+                hello, "/hello", embedded, "/healthz", headers={"x-api-key": raw}, **knobs)
             accuracy.append({"backend": "memory", **_accuracy([embedded], args.cap, 3)})
         with hello_server() as hello, _flowsvc(redis_env) as first, _flowsvc(redis_env) as second:
-            raw = _new_key(first.base_url, 100_000)[0]
-            pairs["key, Redis"] = measure_pair(hello.url("/hello"), first.url("/healthz"),
-                                               headers={"x-api-key": raw}, **measure)
+            raw = new_key(first.base_url, 100_000)[0]
+            measured["key, Redis"] = measure_servers(hello, "/hello", first, "/healthz",
+                                                     headers={"x-api-key": raw}, **knobs)
             accuracy.append({"backend": "redis", **_accuracy([first, second], args.cap, 3)})
-    rows.append(("hello-world (baseline)", pairs["no key"].baseline))
-    for name, pair in pairs.items():
-        ratios = compare(pair.baseline, pair.candidate)
-        rows.append((f"flowsvc {name} (rps x{ratios['rps_ratio']:.3f} of its own baseline)",
-                     pair.candidate))
-    print_report(f"x-api-key GET /healthz: {args.rounds} rounds of {args.duration} s, "
-                 f"{args.connections} connections; ratios in the names are against the "
-                 f"baseline measured in the same pair", rows)
+        scaling = _scaling(redis_env, args)
+    goals = {"no key": 0.92, "key, in process": 0.80, "key, Redis": 0.65}
+    for name, result in measured.items():
+        report_measured(f"x-api-key GET /healthz, {name} (goal: CPU ratio >= {goals[name]}): "
+                        f"{args.rounds} rounds of {args.duration} s, {args.connections} "
+                        f"connections", result, "hello-world", f"flowsvc {name}")
     for entry in accuracy:
         print(f"cap accuracy ({entry['backend']}, {entry['processes']} process(es)): "
               f"{entry['admitted']} admitted for a cap of {entry['cap']} "
               f"({entry['refused']} refused, {entry['log_dropped']} log entries dropped)")
+    print(f"two processes on Redis behind one port: {scaling['two_processes_rps']:.0f} rps, "
+          f"one: {scaling['one_process_rps']:.0f} rps, x{scaling['scaling']:.2f} "
+          f"(goal: >= 1.6)")
     path = write_json(args.json, {
         "command": " ".join(["python -m bench.bench_keys",
                              *(sys.argv[1:] if argv is None else argv)]),
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
-        "pairs": pairs,
-        "ratios": {name: compare(pair.baseline, pair.candidate) for name, pair in pairs.items()},
+        "measured": measured,
+        "ratios": {name: result.ratios() for name, result in measured.items()},
         "accuracy": accuracy,
+        "scaling": scaling,
     })
     _forget_redis_keys(args.redis_url, prefix)
     print(f"results written to {path}")

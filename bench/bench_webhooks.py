@@ -39,12 +39,12 @@ import httpx
 import trio
 from sqlalchemy import Connection
 
-from bench.bench_session import session_cookie
 from bench.harness import (
     free_port,
     postgres_schema,
     python_module_argv,
     running_server,
+    session_cookie,
     write_json,
 )
 from plugins.webhooks.signing import envelope_body, new_secret, sign_delivery

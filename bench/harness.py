@@ -22,6 +22,10 @@ import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import httpx
+from eth_account import Account
+from eth_account.messages import encode_defunct
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 WRK_INSTALL_HINT = "wrk is not installed: run `apt-get update && apt-get install -y wrk`"
@@ -333,6 +337,68 @@ def measure_pair(
     )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a process (all its threads) has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A ``measure_pair`` result and each side's CPU microseconds per request over its runs.
+
+    CPU per request hardly moves when other work shares the machine, where throughput
+    does: ``cpu_ratio`` (baseline CPU / candidate CPU) is the rps ratio the two would show
+    each with a core to itself, a steadier reading of the same question, and the headline
+    of every request-path benchmark.
+    """
+
+    pair: PairResult
+    baseline_cpu_us: float
+    candidate_cpu_us: float
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.baseline_cpu_us / self.candidate_cpu_us
+
+    def ratios(self) -> dict[str, float]:
+        """``compare``'s ratios and ``cpu_ratio``."""
+        return {**compare(self.pair.baseline, self.pair.candidate), "cpu_ratio": self.cpu_ratio}
+
+
+def measure_servers(baseline: RunningServer, baseline_path: str, candidate: RunningServer,
+                    candidate_path: str, *, rounds: int = 3, duration_s: int = 5,
+                    connections: int = 16, threads: int = 1,
+                    headers: Mapping[str, str] | None = None) -> Measured:
+    """``measure_pair`` of two server processes with their CPU use around the runs.
+
+    Each side gets one unrecorded second of warm-up, outside the CPU accounting.
+
+    :raises WrkMissingError, WrkError: as ``run_wrk``.
+    """
+    urls = (baseline.url(baseline_path), candidate.url(candidate_path))
+    for url in urls:
+        run_wrk(url, duration_s=1, connections=connections, threads=threads, headers=headers)
+    pids = (baseline.process.pid, candidate.process.pid)
+    before = [cpu_seconds(pid) for pid in pids]
+    pair = measure_pair(*urls, rounds=rounds, duration_s=duration_s, warmup_s=0,
+                        connections=connections, threads=threads, headers=headers)
+    used = [cpu_seconds(pid) - start for pid, start in zip(pids, before, strict=True)]
+    served = [sum(run.rps for run in runs) * duration_s
+              for runs in (pair.baseline_runs, pair.candidate_runs)]
+    return Measured(pair, used[0] / served[0] * 1e6, used[1] / served[1] * 1e6)
+
+
+def report_measured(title: str, measured: Measured, baseline: str, candidate: str) -> None:
+    """Print the wrk table of a ``Measured`` and its CPU figures."""
+    pair = measured.pair
+    print_report(title, [(baseline, pair.baseline), (candidate, pair.candidate)])
+    ratios = measured.ratios()
+    print(f"CPU per request: {baseline} {measured.baseline_cpu_us:.0f} us, {candidate} "
+          f"{measured.candidate_cpu_us:.0f} us, CPU ratio {ratios['cpu_ratio']:.3f} "
+          f"(rps ratio {ratios['rps_ratio']:.3f}, p99 ratio {ratios['p99_ratio']:.3f})")
+
+
 def compare(baseline: WrkResult, candidate: WrkResult) -> dict[str, float]:
     """Ratios of candidate to baseline: above 1 is better for ``rps_ratio``, worse for latency.
 
@@ -447,3 +513,48 @@ def postgres_schema(url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(plain, autocommit=True) as connection:
             connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def signed_in(http: httpx.Client) -> str:
+    """Sign ``http`` (an ``httpx.Client`` on a flowsvc service) in with a fresh wallet over
+    SIWE; the session token, also kept in the client's cookies.
+
+    :raises RuntimeError: the service refused the sign-in or set no session cookie.
+    """
+    wallet = Account.create()
+    address = wallet.address.lower()
+    issued = http.post("/auth/nonce", json={"address": address})
+    issued.raise_for_status()
+    message = issued.json()["message"]
+    signature = wallet.sign_message(encode_defunct(text=message)).signature.hex()
+    verified = http.post("/auth/verify", json={
+        "address": address, "message": message,
+        "signature": "0x" + signature.removeprefix("0x")})
+    verified.raise_for_status()
+    token = verified.cookies.get("svc_session")
+    if not token:
+        raise RuntimeError("POST /auth/verify set no svc_session cookie")
+    return str(token)
+
+
+def session_cookie(base_url: str) -> str:
+    """A ``svc_session`` token of a fresh wallet signed in to the service at ``base_url``.
+
+    :raises RuntimeError: the service refused the sign-in or the session.
+    """
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        token = signed_in(http)
+        if http.get("/me").status_code != 200:
+            raise RuntimeError("GET /me refused the fresh session")
+        return token
+
+
+def new_key(base_url: str, rate_limit_rpm: int) -> tuple[str, str, str]:
+    """Sign a fresh wallet in and create an API key: (raw key, key id, session token)."""
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        token = signed_in(http)
+        created = http.post("/me/api-keys", json={"name": "bench",
+                                                  "rate_limit_rpm": rate_limit_rpm})
+        created.raise_for_status()
+        key = created.json()["key"]
+        return key["raw_key"], key["id"], token
