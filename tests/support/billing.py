@@ -26,7 +26,8 @@ from tests.support.fake_cryptopay import FakeCryptoPay
 from tests.support.fake_gateway import FakeGateway
 from tests.support.fake_provider import running_fake
 from tests.support.projects import EventRecorder, eventually
-from tests.support.server import INTERNAL, make_settings, running_server, settings_env
+from tests.support.server import INTERNAL as INTERNAL  # re-exported for the billing tests
+from tests.support.server import make_settings, running_server, settings_env
 
 PLUGINS = ["auth", "chain", "billing"]
 USDT_TOKEN = "0x55d398326f99059ff775485246999027b3197955"
