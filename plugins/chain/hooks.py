@@ -1,5 +1,6 @@
 """Hook implementations of the chain plugin: the token registry (its table, routes, command
-and the ``TOKENS`` contract) and its webhook event declaration."""
+and the ``TOKENS`` contract), the RPC pools of the configured chains and its webhook event
+declaration."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from quart import Blueprint
 from plugins.chain import routes, tables
 from plugins.chain.commands import TOKENS_COMMAND
 from plugins.chain.settings import ChainSettings
+from plugins.chain.state import rpc_actor
 from plugins.chain.tokens import RegisteredTokens
+from runtime.actors import ActorSpec
 from runtime.contracts import Provision, provision
 from runtime.contracts.tokens import TOKENS
 from runtime.events import EventType
@@ -27,6 +30,11 @@ flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
 @hookimpl
 def flowsvc_provides(service: Service) -> list[Provision[Any]]:
     return [provision(TOKENS, RegisteredTokens())]
+
+
+@hookimpl
+def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    return [rpc_actor(service)]
 
 
 @hookimpl
