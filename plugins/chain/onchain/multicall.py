@@ -1,0 +1,116 @@
+"""Reads batched into Multicall3 ``aggregate3`` calls, each answer pinned to one block.
+
+A ``Batch`` collects typed views (``plugins.chain.views``) and sends them as ONE ``eth_call``
+to Multicall3. Every batch also asks Multicall3 itself for ``getBlockNumber()`` and
+``getCurrentBlockTimestamp()``: they run inside the same call, so the answer says exactly
+which block every read of it saw, and "now" for time-dependent figures (days left, the daily
+window) is that block's time, not the server's clock. A batch sent at ``latest`` (one RPC
+request, no ``eth_blockNumber`` first) learns its block this way; the follow-up batches of a
+tree walk are then sent pinned to that block number, so a whole answer sees one state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from plugins.chain.abi import AbiDecodeError, Interface, hex_bytes
+from plugins.chain.rpc import RpcPool
+from plugins.chain.views import Call3, View, aggregate3_call_data, decode_aggregate3
+
+T = TypeVar("T")
+
+# The canonical Multicall3 (and the reference one of the tests) answers these two as well.
+_MULTICALL3_CLOCK = Interface.of(
+    "Multicall3Clock",
+    "function getBlockNumber() returns (uint256)",
+    "function getCurrentBlockTimestamp() returns (uint256)",
+)
+BLOCK_NUMBER = View(_MULTICALL3_CLOCK.functions["getBlockNumber"],
+                    lambda values: int(values[0]))
+BLOCK_TIMESTAMP = View(_MULTICALL3_CLOCK.functions["getCurrentBlockTimestamp"],
+                       lambda values: int(values[0]))
+
+# Calls per aggregate3: a getChild costs a few thousand gas inside Multicall3, and nodes cap
+# an eth_call's gas (geth and anvil at the block gas limit, 30M or more by default).
+MAX_CALLS_PER_AGGREGATE = 1000
+
+
+@dataclass(frozen=True)
+class Slot(Generic[T]):
+    """Where one view's answer sits in a batch's answers."""
+
+    index: int
+    view: View[T]
+
+    def of(self, answers: Answers) -> T:
+        """The decoded answer. Raises ``AbiDecodeError`` (no code at the target, say)."""
+        return self.view.decode(answers.data[self.index])
+
+
+@dataclass(frozen=True)
+class Answers:
+    """What one batch returned: the block it saw, that block's time, each call's data."""
+
+    block: int
+    timestamp: int
+    data: Sequence[bytes]
+
+
+class Batch:
+    """Views to read in one ``aggregate3`` call. A failing view fails the whole call (no
+    ``allowFailure``): an answer is complete or not given.
+
+    :param multicall: the chain's Multicall3 address.
+    """
+
+    def __init__(self, multicall: str) -> None:
+        self.multicall = multicall
+        self.calls: list[Call3] = []
+        self.add(BLOCK_NUMBER, multicall)
+        self.add(BLOCK_TIMESTAMP, multicall)
+
+    def add(self, view: View[T], target: str, *args: Any) -> Slot[T]:
+        """Add ``view(*args)`` on ``target``; its answer is read with the returned slot."""
+        self.calls.append(view.call3(target, *args, allow_failure=False))
+        return Slot(len(self.calls) - 1, view)
+
+    def params(self, block: int | None) -> list[Any]:
+        """The ``eth_call`` parameters: at ``block``, or at ``latest`` when None."""
+        data = "0x" + aggregate3_call_data(self.calls).hex()
+        return [{"to": self.multicall, "data": data},
+                "latest" if block is None else hex(block)]
+
+    def answers(self, result: Any) -> Answers:
+        """Split an ``eth_call`` result of this batch. Raises ``AbiDecodeError``."""
+        data = [answer.return_data for answer in decode_aggregate3(hex_bytes(result))]
+        if len(data) != len(self.calls):
+            raise AbiDecodeError(f"{len(self.calls)} calls, {len(data)} answers")
+        return Answers(BLOCK_NUMBER.decode(data[0]), BLOCK_TIMESTAMP.decode(data[1]), data)
+
+    async def send(self, pool: RpcPool, *, block: int | None, deadline: float) -> Answers:
+        """Send the batch as one ``eth_call`` at ``block`` (``latest`` when None).
+
+        :raises RpcError: from the pool (``RpcUnavailable``, ``ExecutionReverted``...).
+        :raises AbiDecodeError: the answer is not what the views return.
+        """
+        return self.answers(await pool.call("eth_call", self.params(block), deadline=deadline))
+
+
+async def send_all(pool: RpcPool, batches: Sequence[Batch], *, block: int,
+                   deadline: float) -> list[Answers]:
+    """Send ``batches`` pinned to ``block`` in one JSON-RPC batch request (one HTTP round trip).
+
+    :raises RpcError: from the pool, or the first call that failed.
+    :raises AbiDecodeError: an answer that does not decode, or one that saw another block
+        (a node that cannot serve ``block`` answers for another: never mix states).
+    """
+    results = await pool.batch([("eth_call", batch.params(block)) for batch in batches],
+                               deadline=deadline)
+    answers = [batch.answers(result.unwrap()) for batch, result in zip(batches, results,
+                                                                        strict=True)]
+    for answer in answers:
+        if answer.block != block:
+            raise AbiDecodeError(f"asked for block {block}, the node answered {answer.block}")
+    return answers
