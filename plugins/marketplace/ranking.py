@@ -5,13 +5,18 @@ holding its current score. A change of score closes the open row at the time of 
 (``valid_to``) and opens a new one (``valid_from``); unpublishing closes all four, publishing
 opens them. The rows therefore record, for any past moment T, the ranking as it was at T.
 
-A listing takes a snapshot time T on its first page (``snapshot_lag_ms`` in the past, so no
-change still being committed can fall before it) and pages through the rows valid at T in
-``(score, agent_id)`` descending order; the cursor carries T and the last ``(score, id)``.
-Agents published after T and score changes after T are invisible to that listing, so each
-agent listed at T is returned exactly once however the scores move while the client
-pages; an agent unpublished meanwhile is hidden at once. Old rows are pruned once no cursor
-can still need them (``cursor_ttl_seconds``).
+A listing takes two times on its first page: L, the moment of the request, and the snapshot
+T = L - ``snapshot_lag_ms`` (far enough in the past that no change still being committed
+can fall before it). Each agent published at L is ranked by one row: the row valid at T,
+or, for an agent listed only after T, its *first* row after T (its publication). It pages
+through those rows in ``(score, agent_id)`` descending order; the cursor carries T, L and
+the last ``(score, id)``. An agent's rows are written in time order (each writer locks the
+agent first), so the row an agent is ranked by never changes once committed: score changes
+after T and agents published after L do not move anything in the listing, each agent
+listed at L is returned exactly once however the scores move while the client pages, an
+agent published just before L is in it (read-after-write), and one unpublished meanwhile
+is hidden at once. Old rows are pruned once no cursor can still need them
+(``cursor_ttl_seconds``).
 
 Scores (integers, larger ranks first; ties broken by the larger agent id):
 
@@ -44,7 +49,9 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
+    exists,
     insert,
+    or_,
     select,
     tuple_,
     update,
@@ -64,7 +71,7 @@ TRENDING_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z
 TRENDING_HALF_LIFE_S = 86_400.0
 RATING_PRIOR_MEAN = 3
 RATING_PRIOR_WEIGHT = 5
-_CURSOR_VERSION = 1
+_CURSOR_VERSION = 2
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -148,17 +155,19 @@ def prune(connection: Connection, before_us: int) -> int:
 
 @dataclass(frozen=True)
 class Cursor:
-    """Where a listing stands: its sort and tag, its snapshot time, the last (score, id)."""
+    """Where a listing stands: its sort and tag, its snapshot time T and listing time L
+    (see the module docstring), the last (score, id)."""
 
     sort: Sort
     tag: str | None
     snapshot_us: int
+    listed_us: int
     score: int
     agent_id: int
 
     def encode(self) -> str:
-        raw = json.dumps([_CURSOR_VERSION, self.sort, self.tag, self.snapshot_us, self.score,
-                          self.agent_id], separators=(",", ":"))
+        raw = json.dumps([_CURSOR_VERSION, self.sort, self.tag, self.snapshot_us,
+                          self.listed_us, self.score, self.agent_id], separators=(",", ":"))
         return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
@@ -174,21 +183,21 @@ def decode_cursor(text: str, *, now: int, ttl_seconds: int) -> Cursor:
     """
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        version, sort, tag, snapshot, score, agent_id = json.loads(raw)
+        version, sort, tag, snapshot, listed, score, agent_id = json.loads(raw)
     except (ValueError, TypeError, binascii.Error):
         raise _bad_cursor("is not a cursor returned by this listing") from None
     valid = (version == _CURSOR_VERSION and sort in SORTS
              and (tag is None or isinstance(tag, str))
              and all(isinstance(v, int) and not isinstance(v, bool)
-                     for v in (snapshot, score, agent_id)))
-    if not valid:
+                     for v in (snapshot, listed, score, agent_id)))
+    if not valid or snapshot > listed:
         raise _bad_cursor("is not a cursor returned by this listing")
-    if snapshot > now:
+    if listed > now:
         raise _bad_cursor("is not a cursor returned by this listing")
     if snapshot < now - ttl_seconds * 1_000_000:
         raise _bad_cursor(f"has expired (older than {ttl_seconds} s); "
                           "start again from the first page")
-    return Cursor(sort, tag, snapshot, score, agent_id)
+    return Cursor(sort, tag, snapshot, listed, score, agent_id)
 
 
 @dataclass(frozen=True)
@@ -212,12 +221,23 @@ def _page_query(tagged: bool, after: bool) -> Select[Any]:
     """The page query, built once per shape; the values are bound parameters."""
     entry = rank_entries.c
     snapshot = bindparam("snapshot", type_=BigInteger)
+    listed = bindparam("listed", type_=BigInteger)
+    earlier = rank_entries.alias("earlier")
+    # The first row after the snapshot of an agent that had none valid at the snapshot:
+    # no row of the agent in this sort started before it and was still valid at T.
+    first_after_snapshot = and_(
+        entry.valid_from > snapshot, entry.valid_from <= listed,
+        ~exists().where(earlier.c.agent_id == entry.agent_id, earlier.c.sort == entry.sort,
+                        earlier.c.valid_from < entry.valid_from,
+                        earlier.c.valid_to > snapshot))
     query = (select(*_LISTED, users.c.display_name.label("owner_name"),
                     entry.score.label("rank_score"))
              .select_from(rank_entries.join(agents, agents.c.id == entry.agent_id)
                           .join(users, users.c.id == agents.c.owner_id))
-             .where(entry.sort == bindparam("sort"), entry.valid_from <= snapshot,
-                    entry.valid_to > snapshot, agents.c.status == "published"))
+             .where(entry.sort == bindparam("sort"),
+                    or_(and_(entry.valid_from <= snapshot, entry.valid_to > snapshot),
+                        first_after_snapshot),
+                    agents.c.status == "published"))
     if tagged:
         query = query.join(agent_tags, and_(agent_tags.c.agent_id == entry.agent_id,
                                             agent_tags.c.tag == bindparam("tag")))
@@ -228,9 +248,11 @@ def _page_query(tagged: bool, after: bool) -> Select[Any]:
 
 
 def list_page(connection: Connection, *, sort: Sort, tag: str | None, limit: int,
-              snapshot_us: int, after: Cursor | None) -> Page:
-    """The published agents ranked by ``sort`` as of ``snapshot_us``, after ``after``."""
-    values: dict[str, Any] = {"sort": sort, "snapshot": snapshot_us, "rows": limit + 1}
+              snapshot_us: int, listed_us: int, after: Cursor | None) -> Page:
+    """The agents published at ``listed_us`` ranked by ``sort`` as of ``snapshot_us`` (or
+    by their first score after it), after ``after``."""
+    values: dict[str, Any] = {"sort": sort, "snapshot": snapshot_us, "listed": listed_us,
+                              "rows": limit + 1}
     if tag is not None:
         values["tag"] = tag
     if after is not None:
@@ -241,7 +263,8 @@ def list_page(connection: Connection, *, sort: Sort, tag: str | None, limit: int
     next_cursor = None
     if more:
         last = rows[-1]
-        next_cursor = Cursor(sort, tag, snapshot_us, int(last.rank_score), int(last.id))
+        next_cursor = Cursor(sort, tag, snapshot_us, listed_us, int(last.rank_score),
+                             int(last.id))
     return Page(rows, tags_of(connection, [int(row.id) for row in rows]), next_cursor)
 
 

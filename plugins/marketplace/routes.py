@@ -209,7 +209,7 @@ async def listing(query_args: ListQuery) -> Response:
     settings = service.state(MARKETPLACE).settings
     now = now_us()
     sort, tag, after = query_args.sort or "trending", query_args.tag, None
-    snapshot = now - settings.snapshot_lag_ms * 1000
+    snapshot, listed = now - settings.snapshot_lag_ms * 1000, now
     if query_args.cursor is not None:
         after = decode_cursor(query_args.cursor, now=now,
                               ttl_seconds=settings.cursor_ttl_seconds)
@@ -219,10 +219,11 @@ async def listing(query_args: ListQuery) -> Response:
                 raise InvalidRequest(
                     f"the cursor belongs to a listing with another {field}",
                     details=[{"field": "cursor", "message": f"{field} differs"}])
-        sort, tag, snapshot = after.sort, after.tag, after.snapshot_us
+        sort, tag, snapshot, listed = after.sort, after.tag, after.snapshot_us, after.listed_us
     page = await service.db.read(partial(list_page, sort=sort, tag=tag,
                                          limit=min(query_args.limit, MAX_PAGE),
-                                         snapshot_us=snapshot, after=after))
+                                         snapshot_us=snapshot, listed_us=listed,
+                                         after=after))
     return json_response({
         "agents": [listing_item(row, page.tags[int(row.id)]) for row in page.rows],
         "nextCursor": page.next_cursor.encode() if page.next_cursor else None})

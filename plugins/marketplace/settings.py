@@ -10,8 +10,9 @@ class MarketplaceSettings(Section):
 
     :param cursor_ttl_seconds: how long a listing cursor stays usable; also how long the
         ranking history it relies on is kept.
-    :param snapshot_lag_ms: how far behind "now" a new listing snapshot is taken, so that no
-        ranking change still being committed can land inside it.
+    :param snapshot_lag_ms: how far behind "now" a new listing's score snapshot is taken, so
+        that no ranking change still being committed can land inside it (agents published
+        since are listed with their first score; see ``ranking.py``).
     :param scheduler_interval_seconds: how often subscriptions are renewed or ended and old
         ranking history is pruned.
     """

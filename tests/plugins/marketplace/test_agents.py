@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import trio
-
 from plugins.marketplace.publication import AGENT_PUBLISHED
 from tests.support.marketplace import (
     marketplace_server,
@@ -113,7 +111,6 @@ async def test_publication_events_and_visibility(tmp_path: Path, database_url: s
         public = (await anonymous.get(f"/marketplace/agents/{slug}")).json()["agent"]
         assert public["description"] == "Pizza sites, fast." and public["toolPrices"] == []
         assert "instructions" not in public and "linkedToken" not in public
-        await trio.sleep(0.2)  # past the listing's snapshot lag
         listed = (await anonymous.get("/marketplace/agents", params={"sort": "new"})).json()
         assert [item["slug"] for item in listed["agents"]] == [slug]
 

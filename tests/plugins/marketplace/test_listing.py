@@ -19,6 +19,7 @@ from runtime.service import Service
 from tests.support.marketplace import (
     marketplace_server,
     new_users,
+    published_agent,
     seed_agents,
     shake,
     signed_in,
@@ -84,6 +85,42 @@ def _churn(connection: Connection, *, service: Service, owner: int, raters: list
     return None
 
 
+async def test_a_published_agent_is_listed_by_the_very_next_request(
+        tmp_path: Path, database_url: str) -> None:
+    """Read-after-write under a long snapshot lag (60 s): everything here happens inside
+    the lag, so each agent is ranked by its first score after the snapshot, and paging
+    stays exactly-once while agents are added and scores move."""
+    rng = random.Random(5)
+    lag = {"FLOWSVC_PLUGINS_MARKETPLACE_SNAPSHOT_LAG_MS": "60000"}
+    async with marketplace_server(tmp_path / "var", database_url, PLUGINS, lag) as running:
+        service = running.service
+        owner, *raters = await new_users(running, 3)
+        seeded = await service.db.write(lambda c: seed_agents(
+            service, c, owner, "seed", 30, raters=raters, rng=rng))
+        async with signed_in(running) as (http, _):
+            slug = await published_agent(http)
+            newest = (await http.get("/marketplace/agents", params={"sort": "new"})).json()
+            assert newest["agents"][0]["slug"] == slug
+            ids = dict(await service.db.read(lambda c: c.execute(
+                select(agents.c.slug, agents.c.id)).all()))
+            seen: list[str] = []
+            page = (await http.get("/marketplace/agents", params={"limit": 7})).json()
+            while True:
+                seen += [item["slug"] for item in page["agents"]]
+                if page["nextCursor"] is None:
+                    break
+                await service.db.write(partial(
+                    _churn, service=service, owner=owner, raters=raters, rng=rng,
+                    prefix=f"late{len(seen)}", ids=ids, unseen=[], unpublish_one=False))
+                page = (await http.get("/marketplace/agents", params={
+                    "cursor": page["nextCursor"], "limit": 7})).json()
+            assert sorted(seen) == sorted([*seeded, slug])  # once each, none added later
+            assert (await http.post(f"/agents/{slug}/unpublish")).status_code == 200
+            after = (await http.get("/marketplace/agents", params={"limit": 100})).json()
+            assert slug not in {item["slug"] for item in after["agents"]}
+            assert len(after["agents"]) == 30 + 4 * 2  # seeded, and 2 late ones per new page
+
+
 async def test_sorts_follow_the_documented_scores_and_tags_filter(
         tmp_path: Path, database_url: str) -> None:
     rng = random.Random(11)
@@ -144,15 +181,18 @@ async def test_bad_listing_parameters_are_clear_400s(tmp_path: Path, database_ur
             assert unknown.status_code == 400
             assert unknown.json()["error"]["code"] == "invalid_request"
             assert unknown.json()["error"]["details"][0]["field"] == "sort"
-            for cursor in ("garbage!", "bm90IGpzb24", Cursor("new", None, now_us() + 10**9, 1,
-                                                               1).encode()):
+            future = now_us() + 10**9
+            for cursor in ("garbage!", "bm90IGpzb24",
+                           Cursor("new", None, future, future, 1, 1).encode(),
+                           Cursor("new", None, now_us(), now_us() - 10**6, 1, 1).encode()):
                 bad = await http.get("/marketplace/agents", params={"cursor": cursor})
                 assert bad.status_code == 400, cursor
                 assert bad.json()["error"]["details"][0]["field"] == "cursor"
-            old = Cursor("new", None, now_us() - 3600 * 10**6, 1, 1).encode()
+            hour_ago = now_us() - 3600 * 10**6
+            old = Cursor("new", None, hour_ago, hour_ago, 1, 1).encode()
             expired = await http.get("/marketplace/agents", params={"cursor": old})
             assert expired.status_code == 400 and "expired" in expired.json()["error"]["message"]
-            fresh = Cursor("new", None, now_us() - 10**6, 1, 1).encode()
+            fresh = Cursor("new", None, now_us() - 10**6, now_us(), 1, 1).encode()
             other = await http.get("/marketplace/agents", params={"cursor": fresh,
                                                                    "sort": "trending"})
             assert other.status_code == 400
