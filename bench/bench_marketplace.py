@@ -156,7 +156,8 @@ def deep_cursor(database_url: str, sort: str, position: int) -> str:
             row = _at_position(connection, sort, position)
     finally:
         engine.dispose()
-    return Cursor(cast(Sort, sort), None, now_us(), int(row.score), int(row.agent_id)).encode()
+    now = now_us()
+    return Cursor(cast(Sort, sort), None, now, now, int(row.score), int(row.agent_id)).encode()
 
 
 def _at_position(connection: Connection, sort: str, position: int) -> Any:
