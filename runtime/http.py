@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any, cast
 
+from flask.sansio.blueprints import Blueprint
 from pydantic import ValidationError
 from quart import Quart, Response, current_app, request
 from quart_schema import QuartSchema, RequestSchemaValidationError
@@ -28,6 +30,8 @@ from runtime.errors import (
     Unavailable,
 )
 from runtime.inputs import BoundedIntegerConverter, FlowsvcRequest
+from runtime.openapi import ServiceOpenAPI, Success, answers
+from runtime.openapi_docs import install_docs_page
 from runtime.pipeline import Pipeline
 from runtime.service import Service
 from runtime.shared import SharedState
@@ -85,8 +89,11 @@ def create_app(service: Service) -> Quart:
     app.extensions["flowsvc"] = service
     app.config["MAX_CONTENT_LENGTH"] = service.settings.service.max_body_bytes
     app.config["QUART_SCHEMA_CONVERT_CASING"] = False
-    QuartSchema(app, openapi_path="/openapi.json", swagger_ui_path="/docs", redoc_ui_path=None,
-                scalar_ui_path=None, info=Info(title="flowsvc", version="0.1.0"))
+    schema = QuartSchema(app, openapi_path="/openapi.json", swagger_ui_path=None,
+                         redoc_ui_path=None, scalar_ui_path=None,
+                         info=Info(title="flowsvc", version="0.1.0"),
+                         openapi_provider_class=ServiceOpenAPI)
+    install_docs_page(app, "flowsvc")
     # quart-schema wraps make_response to turn returned models into responses; every view
     # here returns a Response already, and the wrapper costs every request a conversion.
     del app.make_response
@@ -98,7 +105,23 @@ def create_app(service: Service) -> Quart:
     for blueprints in reversed(service.pm.hook.flowsvc_blueprints(service=service)):
         for blueprint in blueprints or []:
             app.register_blueprint(blueprint)
+    cast(ServiceOpenAPI, schema.openapi_provider).bind(
+        service, _plugin_of_blueprints(service, app.blueprints.values()))
     return app
+
+
+def _plugin_of_blueprints(service: Service, blueprints: Iterable[Blueprint]) -> dict[str, str]:
+    """Blueprint name to the name of the plugin whose package defines it (the OpenAPI tag)."""
+    packages = {getattr(plugin, "__name__", "").rpartition(".")[0]: name
+                for name, plugin in service.pm.list_name_plugin()}
+    found = {}
+    for blueprint in blueprints:
+        module = blueprint.import_name
+        while module and module not in packages:
+            module = module.rpartition(".")[0]
+        if module:
+            found[blueprint.name] = packages[module]
+    return found
 
 
 def _install_error_handlers(app: Quart) -> None:
@@ -130,10 +153,16 @@ def _install_error_handlers(app: Quart) -> None:
 def _install_probes(app: Quart, service: Service) -> None:
     @app.get("/healthz")
     async def healthz() -> Response:
+        """Liveness: the process answers HTTP (no dependency is checked)."""
         return Response(_HEALTHY, content_type="application/json")
 
     @app.get("/readyz")
     async def readyz() -> Response:
+        """Readiness: 200 when every dependency answers, else 503 naming those that do not.
+
+        ``checks`` has one entry per dependency (database, Redis or the in-process shared
+        state, each plugin's checks such as chain RPC endpoints) with ``ok`` and an ``error``.
+        """
         checks: dict[str, Any] = {}
         ready = await _probe(checks, "database", service.db)
         ready = await _probe(checks, "redis" if service.shared.kind == "redis" else "shared",
@@ -156,7 +185,9 @@ def _install_probes(app: Quart, service: Service) -> None:
         return json_response({**body, "status": "unavailable", "checks": checks}, 503)
 
     @app.get("/metrics")
+    @answers(Success(200, "text/plain", "the Prometheus text format"))
     async def metrics() -> Response:
+        """Prometheus metrics of this process, in the text exposition format."""
         from runtime.metrics import CONTENT_TYPE
 
         return Response(service.metrics.render(), content_type=CONTENT_TYPE)
