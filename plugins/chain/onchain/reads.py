@@ -52,18 +52,16 @@ def _address_or_none(address: str) -> str | None:
 
 @dataclass(frozen=True)
 class Chain:
-    """What a read needs of a configured chain."""
+    """A configured chain as one request reads it: every RPC request of the read shares
+    ``deadline`` (an absolute time on Trio's clock), so each chain has its own."""
 
     id: int
     name: str
     pool: RpcPool
     multicall: str
     usdt: str
-    deadline_seconds: float
-
-    def deadline(self) -> float:
-        """This chain's deadline for a read starting now (Trio clock)."""
-        return trio.current_time() + self.deadline_seconds
+    flow_instance: str
+    deadline: float
 
 
 @dataclass(frozen=True)
@@ -176,12 +174,13 @@ class ChainReads:
         if key not in self.ecosystems:
             batch = Batch(chain.multicall)
             parts = batch.add(ECOSYSTEM, instance)
-            answers = await batch.send(chain.pool, block=None, deadline=chain.deadline())
+            answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
             self.ecosystems[key] = parts.of(answers)
         return self.ecosystems[key]
 
-    async def flow_position(self, chain: Chain, instance: str, address: str) -> FlowPosition:
-        """``address``'s FLOW position on ``chain``: one ``eth_call`` (none on a cache hit).
+    async def flow_position(self, chain: Chain, address: str) -> FlowPosition:
+        """``address``'s FLOW position on ``chain`` (its ``flow_instance``): one ``eth_call``
+        (none on a cache hit).
 
         :raises RpcError, AbiDecodeError: as ``Batch.send``.
         """
@@ -191,7 +190,7 @@ class ChainReads:
         if (cached is not None and now - cached.stored_at < self.cache_seconds
                 and cached.position.block >= self.known_head(chain)):
             return cached.position
-        parts = await self.ecosystem(chain, instance)
+        parts = await self.ecosystem(chain, chain.flow_instance)
         batch = Batch(chain.multicall)
         flow = batch.add(BALANCE_OF, parts.flow, address)
         usdt = batch.add(BALANCE_OF, chain.usdt, address)
@@ -202,7 +201,7 @@ class ChainReads:
         parent = batch.add(GET_PARENT, parts.tree, address)
         children = [batch.add(GET_CHILD, parts.tree, address, slot) for slot in range(SLOTS)]
         size = batch.add(GET_SUBTREE_SIZE, parts.tree, address)
-        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline())
+        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
         position = FlowPosition(
             block=answers.block, timestamp=answers.timestamp, flow_balance=flow.of(answers),
             usdt_balance=usdt.of(answers), gwt_balance=gwt.of(answers),
@@ -225,21 +224,21 @@ class ChainReads:
         while len(self.positions) > CACHE_ENTRIES:
             self.positions.popitem(last=False)
 
-    async def tree_walk(self, chain: Chain, instance: str, address: str,
-                        depth: int) -> TreeWalk:
-        """``address``'s tree position and the sizes of its first ``depth`` levels: one
-        ``eth_call`` at ``latest``, then one JSON-RPC request per level walked, pinned to its
-        block. The walk stops early once the counted levels add up to the subtree size.
+    async def tree_walk(self, chain: Chain, address: str, depth: int) -> TreeWalk:
+        """``address``'s tree position in ``chain``'s ``flow_instance`` and the sizes of its
+        first ``depth`` levels: one ``eth_call`` at ``latest``, then one JSON-RPC request per
+        level walked, pinned to its block. The walk stops early once the counted levels add
+        up to the subtree size.
 
         :raises RpcError, AbiDecodeError: as ``send_all``.
         """
-        parts = await self.ecosystem(chain, instance)
+        parts = await self.ecosystem(chain, chain.flow_instance)
         batch = Batch(chain.multicall)
         state = batch.add(USER_STATE, parts.protocol, address)
         parent = batch.add(GET_PARENT, parts.tree, address)
         size = batch.add(GET_SUBTREE_SIZE, parts.tree, address)
         slots = [batch.add(GET_CHILD, parts.tree, address, slot) for slot in range(SLOTS)]
-        first = await batch.send(chain.pool, block=None, deadline=chain.deadline())
+        first = await batch.send(chain.pool, block=None, deadline=chain.deadline)
         subtree_size = size.of(first)
         occupants = [_address_or_none(slot.of(first)) for slot in slots]
         frontier = [child for child in occupants if child is not None]
@@ -282,7 +281,7 @@ class ChainReads:
                 detail_slots.append((node, len(batches) - 1, batch.add(IS_ACTIVE, tree, node),
                                      batch.add(GET_SUBTREE_SIZE, tree, node)))
         answers: list[Answers] = await send_all(chain.pool, batches, block=block,
-                                                deadline=chain.deadline())
+                                                deadline=chain.deadline)
         children = [child for index, slots in child_slots for slot in slots
                     if (child := _address_or_none(slot.of(answers[index]))) is not None]
         details = {node: (active.of(answers[index]), size.of(answers[index]))
@@ -299,7 +298,7 @@ class ChainReads:
         price = batch.add(PRICE_FLOW, parts.protocol)
         pool = batch.add(POOL_USDT, parts.protocol)
         supply = batch.add(TOTAL_SUPPLY, parts.flow)
-        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline())
+        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
         return DpnmState(block=answers.block, protocol=parts.protocol.lower(),
                          price=price.of(answers), pool_usdt=pool.of(answers),
                          total_supply=supply.of(answers))
@@ -314,14 +313,14 @@ class ChainReads:
         if key not in self.pairs:
             batch = Batch(chain.multicall)
             first = batch.add(TOKEN_INFO, bonding, token)
-            answers = await batch.send(chain.pool, block=None, deadline=chain.deadline())
+            answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
             self.pairs[key] = first.of(answers).pair
         batch = Batch(chain.multicall)
         info = batch.add(TOKEN_INFO, bonding, token)
         reserves = batch.add(GET_RESERVES, self.pairs[key])
         supply = batch.add(TOTAL_SUPPLY, token)
         threshold = batch.add(GRAD_THRESHOLD, bonding)
-        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline())
+        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
         return BondingState(block=answers.block, info=info.of(answers),
                             reserves=reserves.of(answers), total_supply=supply.of(answers),
                             grad_threshold=threshold.of(answers))
