@@ -11,6 +11,7 @@ from quart import Blueprint
 
 from plugins.chain import routes, tables
 from plugins.chain.commands import TOKENS_COMMAND
+from plugins.chain.onchain import routes as onchain_routes
 from plugins.chain.settings import ChainSettings
 from plugins.chain.state import rpc_actor
 from plugins.chain.tokens import RegisteredTokens
@@ -39,7 +40,7 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    return [routes.blueprint]
+    return [routes.blueprint, onchain_routes.blueprint]
 
 
 @hookimpl
