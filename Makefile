@@ -22,10 +22,10 @@ define debian_package
   fi; }
 endef
 
-$(STAMP): pyproject.toml examples/flowsvc-hello/pyproject.toml
+$(STAMP): pyproject.toml examples/flowsvc-hello/pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]" -e examples/flowsvc-hello
+	$(BIN)/pip install --quiet -e ".[dev]" -e examples/flowsvc-hello -e client
 	touch $(STAMP)
 
 # anvil and solc, for the chain tests: npm install follows the lock file (npm ci can refuse a
