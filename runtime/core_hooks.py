@@ -16,6 +16,7 @@ import trio
 from sqlalchemy import MetaData
 
 from runtime.actors import ActorSpec, Mailbox
+from runtime.backoff import until_available
 from runtime.hookspecs import hookimpl
 from runtime.idempotency import purge_expired
 from runtime.logs import FLUSH_SECONDS, flush_logs
@@ -62,7 +63,8 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
                           task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            purged = await service.db.write(purge_expired)
+            purged = await until_available(lambda: service.db.write(purge_expired),
+                                           what="purging expired idempotency keys", log=log)
             if purged:
                 log.info("purged %d expired idempotency keys", purged)
             await trio.sleep(PURGE_INTERVAL_SECONDS)

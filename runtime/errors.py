@@ -142,12 +142,33 @@ def is_outage(error: BaseException) -> bool:
     """Whether ``error`` says a dependency is down, rather than that the code is wrong.
 
     An actor waits out an outage (database, Redis, a chain RPC, a payment provider) with
-    backoff and carries on; any other exception is a bug that crashes it, for the
-    supervisor to restart within its intensity. ``Database`` and ``SharedState`` turn
-    their connection failures into ``Unavailable``; Redis clients raise ``RedisError``,
-    sockets ``OSError``; a dependency that hangs past a deadline gives ``TooSlowError``.
-    """
-    import trio
-    from coredis.exceptions import RedisError
+    backoff (``runtime.backoff``) and carries on; any other exception is a bug that crashes
+    it, for the supervisor to restart within its intensity. What counts as an outage:
 
-    return isinstance(error, Unavailable | RedisError | OSError | trio.TooSlowError)
+    - ``Unavailable``: ``Database`` turns a refused, reset or administratively shut down
+      connection (psycopg's ``OperationalError``) into it, ``SharedState.ping`` a dead
+      Redis, an actor address a silent actor, the chain plugin an RPC pool with no healthy
+      endpoint;
+    - a socket error (``OSError``: refused, reset, unreachable, ``TimeoutError``) or a
+      deadline (``trio.TooSlowError``) from any client;
+    - Redis saying it cannot serve now: a lost or refused connection (``ConnectionError``,
+      which includes a server still loading its data), a read-only replica during a
+      failover, a cluster that is down or asks to try again;
+    - an exception group (a nursery of the caller's own) whose every member is one.
+
+    Everything else is a bug, Redis' own included: a wrong type, a script error, a
+    command syntax error would fail again on the next try.
+    """
+    if isinstance(error, BaseExceptionGroup):
+        return bool(error.exceptions) and all(is_outage(inner) for inner in error.exceptions)
+    import trio
+    from coredis.exceptions import (
+        ClusterDownError,
+        ConnectionError,
+        PrimaryNotFoundError,
+        ReadOnlyError,
+        TryAgainError,
+    )
+
+    return isinstance(error, Unavailable | OSError | trio.TooSlowError | ConnectionError
+                      | ReadOnlyError | ClusterDownError | TryAgainError | PrimaryNotFoundError)

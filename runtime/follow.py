@@ -27,12 +27,11 @@ from typing import Any
 import trio
 
 from runtime.actors import Handler, Mailbox, serve_mailbox
+from runtime.backoff import Backoff, outage_cause
 from runtime.errors import is_outage
 from runtime.shared import SharedState
 
 log = logging.getLogger("flowsvc.follow")
-RETRY_INITIAL_SECONDS = 0.1
-RETRY_MAX_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,7 @@ async def follow_changes(feed: ChangeFeed, shared: SharedState, mailbox: Mailbox
 
 
 async def _listen(feed: ChangeFeed, shared: SharedState, first_try: trio.Event) -> None:
-    delay = RETRY_INITIAL_SECONDS
+    backoff = Backoff()
     while True:
         try:
             async with shared.subscribe(feed.channel) as messages:
@@ -85,17 +84,18 @@ async def _listen(feed: ChangeFeed, shared: SharedState, first_try: trio.Event) 
                     await feed.resync()
                 finally:
                     first_try.set()
-                delay = RETRY_INITIAL_SECONDS
+                backoff.reset()
                 async for message in messages:
                     feed.apply(message)
             log.warning("%s: the %s subscription ended; resubscribing", feed.name, feed.channel)
+            delay = backoff.next_delay()
         except Exception as exc:
             first_try.set()
             if not is_outage(exc):
                 raise
-            log.warning("%s: %s; retrying in %.1f s", feed.name, _cause(exc), delay)
+            delay = backoff.next_delay()
+            log.warning("%s: %s; retrying in %.1f s", feed.name, outage_cause(exc), delay)
         await trio.sleep(delay)
-        delay = min(delay * 2, RETRY_MAX_SECONDS)
 
 
 async def _poll(feed: ChangeFeed) -> None:
@@ -106,7 +106,7 @@ async def _poll(feed: ChangeFeed) -> None:
         except Exception as exc:
             if not is_outage(exc):
                 raise
-            log.warning("%s: poll failed (%s); retrying in %.1f s", feed.name, _cause(exc),
+            log.warning("%s: poll failed (%s); retrying in %.1f s", feed.name, outage_cause(exc),
                         feed.poll_seconds)
 
 
@@ -116,7 +116,3 @@ def _refuse(name: str) -> Handler:
 
     return refuse
 
-
-def _cause(error: BaseException) -> str:
-    message = getattr(error, "message", None)
-    return str(message) if message else type(error).__name__

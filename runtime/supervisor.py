@@ -151,14 +151,15 @@ class Supervisor:
             if status is not None and not status.called:
                 raise
             name = child.spec.name
-            if _outage(exc):
+            outage = is_outage(exc)
+            if outage:
                 log.warning("actor %s stopped: a dependency is unavailable (%s)", name,
                             type(exc).__name__)
             else:
                 log.exception("actor %s crashed", name)
             # The cause is in the log; callers (and HTTP clients) only learn that it crashed.
             child.mailbox.fail_current(Unavailable(f"actor {name} crashed"))
-            return "outage" if _outage(exc) else "crashed"
+            return "outage" if outage else "crashed"
         return "returned"
 
     def _note_restart(self, name: str, *, counted: bool) -> bool:
@@ -183,13 +184,6 @@ class Supervisor:
 
 
 _Ending = Literal["returned", "crashed", "outage"]
-
-
-def _outage(error: BaseException) -> bool:
-    """An outage, alone or grouped by a nursery of the actor's own (every member one)."""
-    if isinstance(error, BaseExceptionGroup):
-        return all(_outage(inner) for inner in error.exceptions)
-    return is_outage(error)
 
 
 class _StartStatus:

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, delete
 
 from plugins.auth.tables import nonces, sessions
 from runtime.actors import ActorSpec, Mailbox
+from runtime.backoff import until_available
 from runtime.service import Service
 from runtime.wire import utcnow
 
@@ -33,13 +34,16 @@ def purge_expired(connection: Connection) -> tuple[int, int]:
 
 
 def housekeeper_actor(service: Service) -> ActorSpec:
-    """Purge once at start, then every ``PURGE_INTERVAL_SECONDS``; it takes no messages."""
+    """Purge once at start, then every ``PURGE_INTERVAL_SECONDS``; it takes no messages.
+    A database outage is waited out (``runtime.backoff``), never a crash."""
 
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            purged_nonces, purged_sessions = await service.db.write(purge_expired)
+            purged_nonces, purged_sessions = await until_available(
+                lambda: service.db.write(purge_expired),
+                what="purging expired nonces and sessions", log=log)
             if purged_nonces or purged_sessions:
                 log.info("purged %d expired nonces and %d expired sessions",
                          purged_nonces, purged_sessions)

@@ -37,8 +37,9 @@ from plugins.keys.periods import reset_text_at
 from plugins.keys.records import KeyRecord, add_spend
 from plugins.keys.state import KeysState
 from runtime.actors import ActorSpec, Envelope, Mailbox
+from runtime.backoff import outage_cause
 from runtime.contracts.meter import METER_ACTOR, Charge, Charged
-from runtime.errors import RateLimited, SpendCapReached
+from runtime.errors import RateLimited, SpendCapReached, is_outage
 from runtime.limits import WINDOW_SECONDS
 from runtime.wire import format_flow, utcnow
 
@@ -160,9 +161,10 @@ def meter_actor(state: KeysState) -> ActorSpec:
             await trio.sleep(flush_seconds)
             try:
                 await flush_spend(state)
-            except Exception:  # the database is down: keep the spend and try again
-                log.warning("spend flush failed; retrying in %.1f s", flush_seconds,
-                            exc_info=True)
+            except Exception as exc:  # the spend is kept and written at the next try
+                log.warning("spend flush failed (%s); retrying in %.1f s",
+                            outage_cause(exc) if is_outage(exc) else "a bug", flush_seconds,
+                            exc_info=not is_outage(exc))
 
     async def answer(envelope: Envelope) -> None:
         try:

@@ -7,9 +7,19 @@ behind). An entry that does not fit is dropped and counted
 (``flowsvc_keys_usage_dropped_total`` and ``GET /readyz``), so a slow or failing database
 slows no request. The actor wakes at the first entry, lets ``usage_flush_seconds`` of
 entries gather, then writes them ``usage_batch`` at a time, one transaction each, which
-also moves each key's ``last_used_at`` forward once: no write per request. A batch the
-database refuses is dropped and counted too. What is buffered when the service stops is
-written before the actor ends. Rows older than ``usage_retention_days`` are purged hourly.
+also moves each key's ``last_used_at`` forward once: no write per request.
+
+**A database outage loses nothing until the buffer is full.** A batch that fails because
+the database is unavailable (``runtime.errors.is_outage``) goes back to the front of the
+buffer, and the writer waits (``runtime.backoff``: jittered, at most 5 s) and tries again,
+so the rows land, each once, seconds after the database returns. Meanwhile new entries
+queue behind them; once the buffer holds ``usage_buffer`` entries, new ones are dropped
+and counted as ``overflow`` (at 10,000 entries, about a minute of 150 key requests a
+second per process). A batch refused for any other reason (a bug, bad data) is dropped
+and counted as ``write_failed``, so that it cannot block the log. What is buffered when
+the service stops is written before the actor ends (within 3 s; what cannot be written
+then is counted as ``write_failed``). Rows older than ``usage_retention_days`` are purged
+hourly.
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from sqlalchemy import Connection, case, delete, func, insert, or_, select, upda
 
 from plugins.keys.tables import api_key_usage, api_keys
 from runtime.actors import ActorSpec, Mailbox
+from runtime.backoff import Backoff, outage_cause, until_available
+from runtime.errors import is_outage
 from runtime.storage import Database
 from runtime.wire import as_utc, format_flow, iso, utcnow
 
@@ -86,6 +98,15 @@ class UsageLog:
         entries, self._entries = self._entries, []
         return entries
 
+    def put_back(self, entries: list[UsageEntry]) -> None:
+        """Return entries that could not be written to the front of the buffer, in order
+        (the actor's side); the newest entries past the capacity are dropped and counted."""
+        self._entries = entries + self._entries
+        excess = len(self._entries) - self._capacity
+        if excess > 0:
+            del self._entries[-excess:]
+            self.count_dropped("overflow", excess)
+
     def count_dropped(self, reason: str, entries: int) -> None:
         self.dropped[reason] += entries
         self._dropped.labels(reason=reason).inc(entries)
@@ -122,29 +143,41 @@ def usage_actor(db: Database, usage: UsageLog, *, batch: int, flush_seconds: flo
                 retention_days: int) -> ActorSpec:
     """The ``keys.usage`` actor: writes ``usage``'s buffer to the database in batches."""
 
-    async def write(entries: list[UsageEntry]) -> None:
+    async def write(entries: list[UsageEntry]) -> list[UsageEntry]:
+        """Write ``entries`` in batches; those not written because of an outage."""
         for start in range(0, len(entries), batch):
             chunk = entries[start:start + batch]
             try:
                 await db.write(write_entries, chunk)
-            except Exception:  # best effort: the log must not stall behind a failing database
+            except Exception as exc:
+                if is_outage(exc):
+                    log.warning("usage log: %d entries wait for the database (%s)",
+                                len(entries) - start, outage_cause(exc))
+                    return entries[start:]
+                # Not an outage: this batch would fail again and block the log behind it.
                 usage.count_dropped("write_failed", len(chunk))
-                log.warning("dropped %d usage entries: the database refused them", len(chunk),
-                            exc_info=True)
+                log.error("dropped %d usage entries: the database refused them", len(chunk),
+                          exc_info=True)
+        return []
 
     async def purge() -> None:
         while True:
-            try:
-                await db.write(purge_before, utcnow() - timedelta(days=retention_days))
-            except Exception:
-                log.warning("usage purge failed; retrying later", exc_info=True)
+            await until_available(
+                lambda: db.write(purge_before, utcnow() - timedelta(days=retention_days)),
+                what="purging the usage log", log=log)
             await trio.sleep(PURGE_INTERVAL_SECONDS)
 
     async def writer() -> None:
+        backoff = Backoff()
         while True:
             await usage.wait()
             await trio.sleep(flush_seconds)  # let a batch gather
-            await write(usage.take())
+            unwritten = await write(usage.take())
+            if unwritten:
+                usage.put_back(unwritten)
+                await trio.sleep(backoff.next_delay())
+            else:
+                backoff.reset()
 
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
@@ -157,9 +190,13 @@ def usage_actor(db: Database, usage: UsageLog, *, batch: int, flush_seconds: flo
                     envelope.fail(TypeError("keys.usage takes no messages"))
                 nursery.cancel_scope.cancel()
         finally:
+            lost = usage.take()
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + 3.0
-                await write(usage.take())
+                lost = await write(lost)
+            if lost:
+                usage.count_dropped("write_failed", len(lost))
+                log.error("usage log: %d entries not written at shutdown", len(lost))
 
     return ActorSpec(name=USAGE_ACTOR, run=run, mailbox_size=1)
 
