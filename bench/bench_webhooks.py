@@ -61,6 +61,7 @@ def service_env(var_dir: Path, database_url: str, concurrency: int) -> dict[str,
     return {
         "FLOWSVC_SERVICE_VAR_DIR": str(var_dir),
         "FLOWSVC_SERVICE_LOG_LEVEL": "warning",
+        "FLOWSVC_SERVICE_COOKIE_SECURE": "false",
         "FLOWSVC_DATABASE_URL": database_url,
         "FLOWSVC_REDIS_URL": "",
         "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "x" * 32,

@@ -4,17 +4,27 @@ The actor's tasks share its state. The *claimer* leases due deliveries from the 
 (``outbox.claim_due``), never more than the free concurrency slots, overall and per target
 host, so that everything it claims is sent at once and no lease runs out while waiting; then it
 sleeps until the next delivery falls due, a wake-up arrives (an event committed in this
-process, a finished attempt) or ``poll_seconds`` pass, whichever comes first, so nothing
-depends on a wake-up. An *attempt* task per claimed delivery makes one HTTP attempt
-(``sender.send_attempt``) and frees its slot when the request is over. The *settler* records
-finished attempts in batches, one transaction each (``outbox.settle``); until then the delivery
-stays leased, so claiming and settling overlap without a delivery being claimed twice.
+process, a retry scheduled) or ``poll_seconds`` pass, whichever comes first, so nothing
+depends on a wake-up. Under a backlog it claims in batches: it waits until half a host's worth
+of slots (``per_host_concurrency / 2``) is free, or every slot, before claiming again, so a
+transaction serves several deliveries instead of one. An *attempt* task per claimed delivery
+makes one HTTP attempt (``sender.send_attempt``) and frees its slot when the request is over.
+The *settler* records finished attempts in batches, one transaction each (``outbox.settle``);
+until then the delivery stays leased, so claiming and settling overlap without a delivery
+being claimed twice.
+
+**Outages.** Every database call waits out an outage (``runtime.errors.is_outage``) with
+backoff from ``OUTAGE_BACKOFF_MIN`` to ``OUTAGE_BACKOFF_MAX`` seconds, so the actor neither
+crashes nor counts against the supervisor's intensity, and resumes within
+``OUTAGE_BACKOFF_MAX`` seconds of the database coming back. Claimed deliveries stay leased to
+this process meanwhile (the claimer never takes its own leases back by expiry), and attempts
+that finished during the outage are settled when it ends: nothing is lost or sent again.
 
 Owns: the HTTP client and its connection pool, the slot counts, and the leases it holds, which
-it gives back when it stops (a crash loses nothing either: leases expire). Its settings, URL
-policy and metrics come from the plugin's state (``state.WEBHOOKS``). Message: ``Wake`` (cast
-by ``wake_dispatcher`` after a commit) makes it look for due deliveries at once; it takes no
-other message.
+it gives back when it stops (a crash loses nothing either: a restart gives them back first, and
+leases expire). Its settings, URL policy and metrics come from the plugin's state
+(``state.WEBHOOKS``). Message: ``Wake`` (cast by ``wake_dispatcher`` after a commit) makes it
+look for due deliveries at once; it takes no other message.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ from plugins.webhooks.outbox import (
 from plugins.webhooks.sender import open_client, send_attempt
 from plugins.webhooks.state import WEBHOOKS, WebhooksState
 from runtime.actors import ActorSpec, Mailbox
-from runtime.errors import Unavailable
+from runtime.errors import is_outage
 from runtime.service import Service
 from runtime.wire import utcnow
 
@@ -52,7 +62,8 @@ log = logging.getLogger("flowsvc.webhooks")
 DISPATCHER = "webhooks.dispatcher"
 SETTLE_BATCH = 256
 PURGE_INTERVAL_SECONDS = 3600.0
-DB_RETRY_SECONDS = 1.0
+OUTAGE_BACKOFF_MIN = 0.1
+OUTAGE_BACKOFF_MAX = 2.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,12 @@ class _Dispatcher:
         self.wake = trio.Event()
         self.in_flight = 0
         self.by_host: Counter[str] = Counter()
+        # Under a backlog, slots freed since the last claim wake the claimer once there are
+        # ``batch`` of them (or nothing is in flight): claims come in batches.
+        self.backlog = False
+        self.freed = 0
+        self.batch = max(1, min(state.settings.per_host_concurrency,
+                                state.settings.max_concurrency) // 2)
         self.outcomes_in, self.outcomes_out = trio.open_memory_channel[Outcome](
             state.settings.max_concurrency)
 
@@ -95,10 +112,12 @@ class _Dispatcher:
 
     async def claim_loop(self, nursery: trio.Nursery) -> None:
         settings = self.settings
+        # Leases of an earlier run of this actor in this process (it crashed) are ours.
+        await self._write(release_claims, self.owner)
         while True:
             self.wake = trio.Event()  # wake-ups from now on count; earlier ones are served
             room = settings.max_concurrency - self.in_flight
-            claim = Claim(jobs=[], next_due=None, exhausted=True)
+            claim = Claim(jobs=[], next_due=None, exhausted=False)
             if room > 0:
                 host_room = {host: settings.per_host_concurrency - used
                              for host, used in self.by_host.items() if used}
@@ -106,6 +125,7 @@ class _Dispatcher:
                                           lease_seconds=settings.lease_seconds, room=room,
                                           host_room=host_room,
                                           per_host=settings.per_host_concurrency)
+                self.freed = 0
                 for job in claim.jobs:
                     self.in_flight += 1
                     self.by_host[job.host] += 1
@@ -114,10 +134,11 @@ class _Dispatcher:
                 if claim.jobs and not claim.exhausted:
                     continue
             wait = settings.poll_seconds
-            if claim.next_due is not None:
-                until_due = (claim.next_due - utcnow()).total_seconds()
-                if until_due > 0:
-                    wait = min(wait, until_due)
+            # No room, or due deliveries left that the slots could not take: a backlog.
+            self.backlog = not claim.exhausted or (claim.next_due is not None
+                                                   and claim.next_due <= utcnow())
+            if claim.next_due is not None and not self.backlog:
+                wait = min(wait, (claim.next_due - utcnow()).total_seconds())
             with trio.move_on_after(wait):
                 await self.wake.wait()
 
@@ -140,7 +161,9 @@ class _Dispatcher:
         if not self.by_host[job.host]:
             del self.by_host[job.host]
         self.metrics.in_flight.set(self.in_flight)
-        self.wake.set()
+        self.freed += 1
+        if self.backlog and (self.freed >= self.batch or not self.in_flight):
+            self.wake.set()
         await self.outcomes_in.send(outcome)
 
     async def settle_loop(self) -> None:
@@ -160,7 +183,8 @@ class _Dispatcher:
                                                         base=self.settings.backoff_base_seconds))
         for result in settled:
             self.metrics.attempts.labels(outcome=result).inc()
-        self.wake.set()  # a retry was scheduled: the next due time may be sooner
+        if "retry" in settled:
+            self.wake.set()  # the next due time may be sooner than the claimer thinks
 
     async def purge_loop(self) -> None:
         while True:
@@ -181,16 +205,21 @@ class _Dispatcher:
         with trio.move_on_after(5):
             if batch:
                 await self._settle(batch)
-            await self.service.db.write(release_claims, self.owner)
+            await self._write(release_claims, self.owner)
 
     async def _write(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``db.write``, retried while the database is unavailable (the leases wait)."""
+        """``db.write``, retried with backoff while the database is unavailable."""
+        backoff = OUTAGE_BACKOFF_MIN
         while True:
             try:
                 return await self.service.db.write(lambda c: fn(c, *args, **kwargs))
-            except Unavailable:
-                log.warning("webhook dispatcher: database unavailable, retrying")
-                await trio.sleep(DB_RETRY_SECONDS)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                log.warning("webhook dispatcher: database unavailable, retrying in %g s",
+                            backoff)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, OUTAGE_BACKOFF_MAX)
 
     async def serve(self, mailbox: Mailbox, task_status: trio.TaskStatus[Any]) -> None:
         """Run the four tasks until cancelled; then settle and release (shielded)."""
@@ -214,8 +243,6 @@ def dispatcher_actor(service: Service) -> ActorSpec:
 
     async def run(mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        # Leases of an earlier run of this actor in this process (it crashed) are ours.
-        await service.db.write(release_claims, owner)
         async with open_client(max_connections=settings.max_concurrency,
                                timeout=settings.timeout_seconds) as client:
             await _Dispatcher(service, state, owner, client).serve(mailbox, task_status)

@@ -62,7 +62,10 @@ class AttemptOut(BaseModel):
     duration_ms: int
     status_code: int | None
     error: str | None
-    outcome: Literal["delivered", "retry", "failed"]
+    outcome: Literal["delivered", "retry", "failed", "unknown"] = Field(
+        description="unknown: not settled, either in flight now or its process stopped (or "
+                    "lost its lease) before recording the answer; it may have reached the "
+                    "receiver")
 
 
 class DeliveryOut(BaseModel):

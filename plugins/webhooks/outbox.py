@@ -8,6 +8,13 @@ lease (``claimed_until``) makes a crashed process's claims come back; SQLite has
 but every write transaction there is ``BEGIN IMMEDIATE`` (one writer at a time), which makes
 the same select-then-update atomic. ``settle`` records attempt outcomes, guarded by the claim,
 so a dispatcher whose lease was taken over cannot overwrite the new owner's work.
+
+Every attempt is in the history from the moment it is claimed: the claim writes its row with
+the outcome ``unknown`` (and counts it in ``deliveries.attempts``), and settling fills in the
+answer. An attempt whose process died on the way (even ``kill -9`` after the receiver got the
+request) therefore stays in the history as ``unknown`` instead of vanishing. Both run once per
+batch of deliveries, never once per delivery: a claim is five statements (four when the batch
+is full) whatever its size, a settle four when every attempt of the batch got a 2xx.
 """
 
 from __future__ import annotations
@@ -17,7 +24,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sqlalchemy import Connection, delete, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    null,
+    or_,
+    select,
+    update,
+)
 
 from plugins.webhooks.signing import envelope_body
 from plugins.webhooks.subscriptions import list_subscriptions, record_last_error, signing_secrets
@@ -25,6 +46,7 @@ from plugins.webhooks.tables import (
     DELIVERED,
     FAILED,
     PENDING,
+    UNKNOWN,
     attempts,
     deliveries,
     events,
@@ -39,9 +61,13 @@ PURGE_BATCH = 1000
 
 @dataclass(frozen=True)
 class Job:
-    """One claimed delivery attempt: what to send, where, signed with which secrets."""
+    """One claimed delivery attempt: what to send, where, signed with which secrets.
+
+    :param number: the attempt's number (from 1), which names its row in the history.
+    """
 
     delivery_id: int
+    number: int
     event_id: str
     subscription_id: int
     url: str
@@ -103,21 +129,33 @@ def fan_out(connection: Connection, event: OutboundEvent, retries: int) -> int:
     return len(wanted)
 
 
+def _claimable(now: datetime, owner: str) -> ColumnElement[bool]:
+    """Pending, due rows no dispatcher holds: never leased, released, or leased by another
+    owner whose lease ran out. ``owner``'s own rows are never taken back by expiry: a running
+    dispatcher still holds what it claimed (an outcome waiting out a database outage, say),
+    and a restarted one gives its leases back first (``release_claims``)."""
+    return and_(deliveries.c.state == PENDING,
+                or_(deliveries.c.claimed_until.is_(None),
+                    and_(deliveries.c.claimed_until < now, deliveries.c.claim_owner != owner)))
+
+
 def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room: int,
               host_room: Mapping[str, int], per_host: int) -> Claim:
     """Lease up to ``room`` due deliveries to ``owner``, at most ``host_room[host]`` (or
-    ``per_host`` for a host not in the map) per target host.
+    ``per_host`` for a host not in the map) per target host, and start an attempt of each
+    in the history (outcome ``unknown`` until settled).
 
     Rows are taken in due order; hosts with no room left are skipped in the query itself, so a
-    backlog for one slow host does not hide the other hosts' due deliveries.
+    backlog for one slow host does not hide the other hosts' due deliveries. ``next_due`` is
+    only looked up when the batch did not fill up (otherwise the caller claims again at once).
     """
     now = utcnow()
     full = [host for host, left in host_room.items() if left <= 0]
     limit = room * 2
+    claimable = _claimable(now, owner)
     query = (select(deliveries.c.id, subscriptions.c.host)
              .join(subscriptions, subscriptions.c.id == deliveries.c.subscription_id)
-             .where(deliveries.c.state == PENDING, deliveries.c.next_attempt_at <= now,
-                    or_(deliveries.c.claimed_until.is_(None), deliveries.c.claimed_until < now))
+             .where(claimable, deliveries.c.next_attempt_at <= now)
              .order_by(deliveries.c.next_attempt_at).limit(limit)
              .with_for_update(skip_locked=True, of=deliveries))
     if full:
@@ -134,93 +172,105 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
     jobs: list[Job] = []
     if picked:
         connection.execute(update(deliveries).where(deliveries.c.id.in_(picked)).values(
-            claimed_until=now + timedelta(seconds=lease_seconds), claim_owner=owner))
+            claimed_until=now + timedelta(seconds=lease_seconds), claim_owner=owner,
+            attempts=deliveries.c.attempts + 1))
+        connection.execute(insert(attempts).from_select(
+            ["delivery_id", "number", "started_at", "duration_ms", "status_code", "error",
+             "outcome"],
+            select(deliveries.c.id, deliveries.c.attempts, literal(now, attempts.c.started_at.type),
+                   literal(0), null(), null(), literal(UNKNOWN))
+            .where(deliveries.c.id.in_(picked))))
         rows = connection.execute(
-            select(deliveries.c.id, deliveries.c.event_id, deliveries.c.subscription_id,
-                   subscriptions.c.url, subscriptions.c.host, subscriptions.c.secret,
-                   subscriptions.c.previous_secret, subscriptions.c.previous_secret_until,
-                   events.c.body)
+            select(deliveries.c.id, deliveries.c.attempts, deliveries.c.event_id,
+                   deliveries.c.subscription_id, subscriptions.c.url, subscriptions.c.host,
+                   subscriptions.c.secret, subscriptions.c.previous_secret,
+                   subscriptions.c.previous_secret_until, events.c.body)
             .join(subscriptions, subscriptions.c.id == deliveries.c.subscription_id)
             .join(events, events.c.id == deliveries.c.event_id)
             .where(deliveries.c.id.in_(picked)).order_by(deliveries.c.next_attempt_at))
-        jobs = [Job(delivery_id=row.id, event_id=row.event_id,
+        jobs = [Job(delivery_id=row.id, number=row.attempts, event_id=row.event_id,
                     subscription_id=row.subscription_id, url=row.url, host=row.host,
                     body=bytes(row.body),
                     secrets=signing_secrets(row.secret, row.previous_secret,
                                             row.previous_secret_until, now))
                 for row in rows]
-    next_due = connection.execute(
-        select(func.min(deliveries.c.next_attempt_at)).where(
-            deliveries.c.state == PENDING,
-            or_(deliveries.c.claimed_until.is_(None), deliveries.c.claimed_until < now))
-    ).scalar_one_or_none()
+    exhausted = len(candidates) < limit
+    next_due = None
+    if exhausted:
+        next_due = connection.execute(
+            select(func.min(deliveries.c.next_attempt_at)).where(claimable)
+        ).scalar_one_or_none()
     return Claim(jobs=jobs, next_due=as_utc(next_due) if next_due else None,
-                 exhausted=len(candidates) < limit)
+                 exhausted=exhausted)
 
 
 def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
            max_retries: int, retry_delay: Callable[[int], float]) -> list[Settled]:
-    """Record each attempt and move its delivery on: delivered, due again after
-    ``retry_delay(n)`` seconds (``n`` counting retries from 0), or failed for good, which
-    stores ``last_error`` on the subscription. An outcome whose claim is no longer ``owner``'s
-    (the subscription was deleted, or the lease expired and another process took over) is
-    ignored and reported as ``stale``.
+    """Record each attempt's answer in its history row and move its delivery on: delivered,
+    due again after ``retry_delay(n)`` seconds (``n`` counting retries from 0), or failed for
+    good, which stores ``last_error`` on the subscription. An outcome whose claim is no longer
+    ``owner``'s (the subscription was deleted, or the lease expired and another process took
+    over) moves nothing and is reported as ``stale``; its answer is still recorded, with the
+    outcome left ``unknown`` (it did not decide what happened to the delivery).
 
-    The common case, delivered, costs three statements for the whole batch.
+    The common case, delivered, costs four statements for the whole batch.
     """
     now = utcnow()
     # A subscription deleted meanwhile (its deliveries go by cascade) must either wait for this
-    # transaction or be gone from the read below, never vanish before the inserts. Locks are
+    # transaction or be gone from the read below, never vanish before the updates. Locks are
     # taken in the order a delete takes them, subscriptions (by id) then deliveries, so the two
     # cannot deadlock; ``FOR NO KEY UPDATE`` does not block emitters' ``FOR KEY SHARE``.
     connection.execute(select(subscriptions.c.id).where(
         subscriptions.c.id.in_({outcome.job.subscription_id for outcome in outcomes}))
         .order_by(subscriptions.c.id).with_for_update(key_share=True))
     claimed = {row.id: row for row in connection.execute(
-        select(deliveries.c.id, deliveries.c.attempts, deliveries.c.retries_left).where(
+        select(deliveries.c.id, deliveries.c.retries_left).where(
             deliveries.c.id.in_([outcome.job.delivery_id for outcome in outcomes]),
             deliveries.c.state == PENDING, deliveries.c.claim_owner == owner)
         .with_for_update())}
     released = {"claimed_until": None, "claim_owner": None}
     results: list[Settled] = []
     delivered: list[int] = []
-    tried: list[dict[str, object]] = []
+    answers: list[dict[str, object]] = []
     for outcome in outcomes:
         job = outcome.job
         row = claimed.get(job.delivery_id)
-        if row is None:
-            results.append("stale")
-            continue
-        number = row.attempts + 1
         settled: Settled
-        if outcome.error is None:
+        if row is None:
+            settled = "stale"
+        elif outcome.error is None:
             settled = "delivered"
             delivered.append(job.delivery_id)
         elif outcome.permanent or row.retries_left <= 0:
             settled = "failed"
             connection.execute(update(deliveries).where(deliveries.c.id == job.delivery_id)
-                               .values(state=FAILED, attempts=number, next_attempt_at=None,
-                                       finished_at=now, **released))
+                               .values(state=FAILED, next_attempt_at=None, finished_at=now,
+                                       **released))
             record_last_error(connection, job.subscription_id,
-                              f"{outcome.error} (event {job.event_id}, attempt {number})", now)
+                              f"{outcome.error} (event {job.event_id}, attempt {job.number})",
+                              now)
         else:
             settled = "retry"
             # Retry n of the schedule (from 0) waits about base * 2**n.
             due = now + timedelta(seconds=retry_delay(max(0, max_retries - row.retries_left)))
             connection.execute(update(deliveries).where(deliveries.c.id == job.delivery_id)
-                               .values(attempts=number, retries_left=row.retries_left - 1,
+                               .values(retries_left=row.retries_left - 1,
                                        next_attempt_at=due, **released))
-        tried.append({"delivery_id": job.delivery_id, "number": number,
-                      "started_at": outcome.started_at, "duration_ms": outcome.duration_ms,
-                      "status_code": outcome.status_code, "error": outcome.error,
-                      "outcome": settled})
+        answers.append({"b_delivery": job.delivery_id, "b_number": job.number,
+                        "b_started": outcome.started_at, "b_duration": outcome.duration_ms,
+                        "b_status": outcome.status_code, "b_error": outcome.error,
+                        "b_outcome": UNKNOWN if settled == "stale" else settled})
         results.append(settled)
     if delivered:
         connection.execute(update(deliveries).where(deliveries.c.id.in_(delivered)).values(
-            state=DELIVERED, attempts=deliveries.c.attempts + 1, next_attempt_at=None,
-            finished_at=now, **released))
-    if tried:
-        connection.execute(insert(attempts), tried)
+            state=DELIVERED, next_attempt_at=None, finished_at=now, **released))
+    # One executemany (psycopg pipelines it: one round trip), whatever the batch's size.
+    connection.execute(update(attempts).where(
+        attempts.c.delivery_id == bindparam("b_delivery"),
+        attempts.c.number == bindparam("b_number")).values(
+        started_at=bindparam("b_started"), duration_ms=bindparam("b_duration"),
+        status_code=bindparam("b_status"), error=bindparam("b_error"),
+        outcome=bindparam("b_outcome")), answers)
     return results
 
 

@@ -28,6 +28,8 @@ metadata = MetaData()
 
 Id = BigInteger().with_variant(Integer, "sqlite")
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+# The outcome of an attempt until it is settled: in flight, or its process stopped first.
+UNKNOWN = "unknown"
 
 subscriptions = Table(
     "webhook_subscriptions", metadata,
