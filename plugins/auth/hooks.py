@@ -11,6 +11,7 @@ from quart import Blueprint, Request, Response
 from plugins.auth import routes, tables
 from plugins.auth.bot import messenger_actor
 from plugins.auth.commands import ACCESS_CODES
+from plugins.auth.dev_wallet import DEV_WALLET
 from plugins.auth.housekeeping import housekeeper_actor
 from plugins.auth.session_view import session_view_actor
 from plugins.auth.sessions import (
@@ -49,7 +50,7 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
 
 @hookimpl
 def flowsvc_commands() -> list[Command]:
-    return [ACCESS_CODES]
+    return [ACCESS_CODES, DEV_WALLET]
 
 
 @hookimpl
