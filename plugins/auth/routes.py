@@ -30,6 +30,7 @@ from runtime.context import current_context, current_principal, require_user
 from runtime.errors import InvalidRequest, Unauthenticated
 from runtime.http import current_service, json_response
 from runtime.inputs import Body
+from runtime.openapi import Success, answers
 from runtime.service import Service
 from runtime.users import User, get_user
 from runtime.wire import iso, utcnow
@@ -189,6 +190,7 @@ async def access_code(data: AccessCodeRequest) -> Response:
 
 
 @blueprint.post("/auth/logout")
+@answers(Success(204))
 async def logout() -> Response:
     """Revoke the current session everywhere and clear the cookie (204)."""
     service = current_service()
