@@ -34,6 +34,7 @@ from runtime.context import current_context, require_user
 from runtime.errors import InvalidRequest, NotFound
 from runtime.http import current_service, json_response
 from runtime.inputs import FlowsvcRequest, Label
+from runtime.openapi import Success, answers
 from runtime.wire import iso, parse_flow, utcnow
 
 MAX_SPEND_LIMIT = 10**15  # micro-FLOW: 10^9 FLOW, far below 2^53 so Redis' Lua numbers stay exact
@@ -242,6 +243,7 @@ async def patch(key_id: int, data: PatchKey) -> Response:
 
 
 @blueprint.delete("/me/api-keys/<int:key_id>")
+@answers(Success(204))
 async def delete(key_id: int) -> Response:
     """Revoke the key (204); it answers 401 from then on, everywhere."""
     service = current_service()
