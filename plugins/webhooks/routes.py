@@ -45,6 +45,7 @@ from runtime import idempotency
 from runtime.context import current_context, require_user
 from runtime.errors import InvalidRequest
 from runtime.http import current_service, json_response
+from runtime.openapi import Success, answers
 from runtime.service import Service
 from runtime.wire import utcnow
 
@@ -150,6 +151,7 @@ async def get_webhook(webhook_id: int) -> Response:
 
 
 @blueprint.delete("/me/webhooks/<int:webhook_id>")
+@answers(Success(204))
 async def delete_webhook(webhook_id: int) -> Response:
     """Delete a subscription; its pending deliveries are not sent any more (204)."""
     principal = require_user()
