@@ -48,6 +48,7 @@ class TokenResponse(BaseModel):
 @caller_first(require_internal)
 @validate_request(TokenBody)
 @document_response(TokenResponse, 200)
+@document_response(TokenResponse, 201)
 async def put_token(slug: str, data: TokenBody) -> Response:
     """Register (201) or update (200) a token; internal requests only."""
     token, created = await current_service().db.write(lambda connection: upsert_token(
