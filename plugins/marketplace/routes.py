@@ -55,8 +55,9 @@ from plugins.marketplace.ranking import decode_cursor, list_page, now_us
 from plugins.marketplace.state import MARKETPLACE
 from runtime.context import current_principal, require_user
 from runtime.contracts.projects import PROJECTS
-from runtime.errors import InvalidRequest
+from runtime.errors import InvalidRequest, NotFound
 from runtime.http import current_service, json_response
+from runtime.openapi import answers
 from runtime.service import Service
 from runtime.wire import format_flow, parse_flow, utcnow
 
@@ -116,6 +117,7 @@ async def create(data: CreateAgentRequest) -> Response:
 @blueprint.post("/agents/from-project")
 @validate_request(AgentFromProjectRequest)
 @document_response(AgentResponse, 201)
+@answers(NotFound)
 async def from_project(data: AgentFromProjectRequest) -> Response:
     """Make a draft agent from the caller's project whose last run completed; it is
     linked to the project's token."""

@@ -29,6 +29,7 @@ from runtime.context import require_user
 from runtime.contracts.runs import AGENT_RUNS
 from runtime.errors import NotFound
 from runtime.http import current_service, json_response
+from runtime.openapi import Success, answers
 from runtime.wire import utcnow
 
 
@@ -123,6 +124,7 @@ async def run_view(run_id: str) -> Response:
 
 
 @blueprint.get("/agent-runs/<run_id>/stream")
+@answers(Success(200, "text/event-stream"))
 async def run_stream(run_id: str) -> Response:
     """The run's events (``text/event-stream``, as a project's stream; caller only)."""
     found = await _own_run(run_id)
