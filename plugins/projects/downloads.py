@@ -21,12 +21,14 @@ from plugins.projects.records.access import visible_project
 from plugins.projects.state import PROJECTS_STATE
 from runtime.errors import InvalidRequest, NotFound, PayloadTooLarge
 from runtime.http import current_service
+from runtime.openapi import Success, answers
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 SANDBOX_HEADERS = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff",
                    "Cache-Control": "no-cache"}
 
 
+@answers(Success(200, "*/*", "the file, with its guessed content type"))
 async def project_file(slug: str, path: str) -> Response:
     """A file of the project's workspace, sandboxed (private projects: owner only)."""
     service = current_service()
@@ -47,6 +49,7 @@ async def project_file(slug: str, path: str) -> Response:
                     content_type=content_type)
 
 
+@answers(Success(200, "application/zip"))
 async def artifact(slug: str) -> Response:
     """The built workspace as a zip: at ``?ref=<sha>`` (the ``artifact_url`` of a run),
     else at its last commit (private projects: owner only)."""

@@ -38,6 +38,7 @@ from runtime.context import caller_first, require_user
 from runtime.contracts.tokens import SLUG_PATTERN, TOKENS
 from runtime.errors import Conflict
 from runtime.http import current_service, json_response
+from runtime.openapi import Success, answers
 from runtime.service import Service
 from runtime.users import get_user
 
@@ -198,6 +199,7 @@ async def cancel(slug: str) -> Response:
 
 
 @blueprint.get("/projects/<slug>/stream")
+@answers(Success(200, "text/event-stream"))
 async def stream(slug: str) -> Response:
     """The live build stream (``text/event-stream``; private projects: owner only)."""
     service = current_service()
