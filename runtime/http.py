@@ -67,7 +67,9 @@ def _http_exception(exc: HTTPException) -> ServiceError:
     if exc.code == 404:
         return NotFound(f"no route for {request.method} {request.path}")
     if exc.code == 405:
-        return MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+        allowed = sorted(getattr(exc, "valid_methods", None) or [])
+        return MethodNotAllowed(f"{request.method} is not allowed on {request.path}",
+                                headers={"Allow": ", ".join(allowed)})
     if exc.code == 413:
         # The rest of the body stays unread, so this connection cannot carry another request.
         return PayloadTooLarge(

@@ -276,6 +276,8 @@ class ServiceOpenAPI(OpenAPIProvider):
             operation["tags"] = [self._tags.get(blueprint, "service")]
             operation["security"] = SECURITY[reading.caller] \
                 if method.upper() != "GET" or rule.endpoint not in _PROBES else []
+            if "requestBody" in operation:  # validate_request refuses a missing body
+                operation["requestBody"]["required"] = True
             for parameter in operation["parameters"]:
                 if parameter["in"] == "path" and parameter["schema"].get("type") == "integer":
                     parameter["schema"].update(minimum=0, maximum=MAX_ID)
