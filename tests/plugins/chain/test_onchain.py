@@ -386,6 +386,12 @@ async def test_callers_without_an_address_and_removed_endpoints(served: Served) 
             gone = await anonymous.request(method, path)
             assert _error(gone) == (410, "endpoint_removed"), path
             assert "flow-onchain" in gone.json()["error"]["message"]
+        document = (await anonymous.get("/openapi.json")).json()
+        for path, status in (("/me/flow-onchain", "503"), ("/me/tree", "404"),
+                             ("/tokens/{slug}/onchain", "503"), ("/me/flow-balance", "410")):
+            assert status in document["paths"][path]["get"]["responses"], path
+        assert {"FlowChain", "MissingChain", "TreePosition", "DirectView", "DpnmOnchain",
+                "VirtualsOnchain"} <= set(document["components"]["schemas"])
     [code] = await served.running.service.db.write(new_access_codes, 1)
     async with client(served.running) as http:
         assert (await http.post("/auth/access-code", json={"code": code})).status_code == 200
