@@ -32,6 +32,7 @@ from plugins.billing import invoices, renewals, subscriptions
 from plugins.billing.clock import CLOCK_CHANNEL, CLOCK_KEY, TestClock
 from plugins.billing.state import BillingState
 from runtime.actors import ActorSpec, Mailbox, serve_mailbox
+from runtime.backoff import Backoff, outage_cause
 from runtime.errors import is_outage
 from runtime.follow import ChangeFeed, follow_changes
 from runtime.service import Service
@@ -41,7 +42,6 @@ log = logging.getLogger("flowsvc.billing.scheduler")
 SCHEDULER_ACTOR = "billing.scheduler"
 BATCH = 50
 MIN_NAP_SECONDS = 0.05
-BACKOFF_MAX_SECONDS = 30.0
 
 
 class Scheduler:
@@ -82,17 +82,17 @@ class Scheduler:
         return min(max(wait, MIN_NAP_SECONDS), settings.scheduler_poll_seconds)
 
     async def loop(self) -> None:
-        backoff = MIN_NAP_SECONDS
+        backoff = Backoff()
         while True:
             try:
                 nap = await self.run_pass()
-                backoff = MIN_NAP_SECONDS
+                backoff.reset()
             except Exception as exc:
                 if not is_outage(exc):
                     raise
-                log.warning("billing pass failed (%s); retrying in %.1f s",
-                            getattr(exc, "message", type(exc).__name__), backoff)
-                nap, backoff = backoff, min(backoff * 2, BACKOFF_MAX_SECONDS)
+                nap = backoff.next_delay()
+                log.warning("billing pass failed (%s); retrying in %.1f s", outage_cause(exc),
+                            nap)
             with trio.move_on_after(nap):
                 await self._wake.wait()
             self._wake = trio.Event()

@@ -8,10 +8,16 @@ runner, run queue and SSE event log, as for project runs) on an event stream of 
 then credited to the agent's owner. When the key's spend cap is reached the charge is
 refused (``SpendCapReached``) and the runner stops the run with that reason; the key's
 next request is answered 402 by the keys plugin.
+
+A database or Redis outage pauses a run at its next call instead of failing it: the
+charge, then the credit, are each retried with backoff until the dependency answers
+(``runtime.backoff``), separately, so that a charge made once is never made again
+because its credit had to wait.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,12 +32,14 @@ from plugins.marketplace.errors import TemplateUnknown
 from plugins.marketplace.ledger import Earning, credit, register_run
 from plugins.marketplace.tables import agents, runs
 from runtime.agents import AgentTemplate
+from runtime.backoff import until_available
 from runtime.contracts.runs import AGENT_RUNS, RunInfo, RunSpec
 from runtime.wire import as_utc, format_flow, iso
 
 if TYPE_CHECKING:
     from runtime.service import Service
 
+log = logging.getLogger("flowsvc.marketplace")
 RUN_WORKSPACES = "agent-runs"
 
 
@@ -73,10 +81,15 @@ class CallBilling:
         """
         price = self.terms.prices.get(tool, 0)
         if price:
-            assert self.key_id is not None  # paid runs are refused without a key
-            await charge_key(self.service, self.key_id, price, self.terms.agent.slug)
-        await self.service.db.write(record_call, self.run_id, self.terms, self.key_id, tool,
-                                    price)
+            key_id = self.key_id
+            assert key_id is not None  # paid runs are refused without a key
+            await until_available(
+                lambda: charge_key(self.service, key_id, price, self.terms.agent.slug),
+                what=f"charging a call of run {self.run_id}", log=log)
+        await until_available(
+            lambda: self.service.db.write(record_call, self.run_id, self.terms, self.key_id,
+                                          tool, price),
+            what=f"recording a call of run {self.run_id}", log=log)
 
 
 def record_call(connection: Connection, run_id: str, terms: Terms, key_id: int | None,

@@ -2,9 +2,11 @@
 
 Every ``scheduler_interval_seconds`` it renews or ends the subscriptions whose period is
 over (``subscriptions.settle_due``) and deletes ranking history no listing cursor can
-still use (older than ``cursor_ttl_seconds`` plus a minute of margin). A failed pass is
-logged and tried again next time; it never crashes the actor. It takes no messages: nothing
-but its clock drives it.
+still use (older than ``cursor_ttl_seconds`` plus a minute of margin). A database or Redis outage is
+waited out with backoff (``runtime.backoff``), so the pass runs seconds after the
+dependency returns; a pass that fails for any other reason is logged with its traceback
+and tried again at the next interval. It takes no messages: nothing but its clock drives
+it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from plugins.marketplace.settings import MarketplaceSettings
 from plugins.marketplace.state import MARKETPLACE
 from plugins.marketplace.subscriptions import settle_due
 from runtime.actors import ActorSpec, Mailbox
+from runtime.backoff import until_available
 
 if TYPE_CHECKING:
     from runtime.service import Service
@@ -48,9 +51,10 @@ def scheduler_actor(service: Service) -> ActorSpec:
         task_status.started()
         while True:
             try:
-                await run_pass(service, settings)
-            except Exception:  # the database or Redis is down: try again next interval
-                log.warning("marketplace scheduler pass failed", exc_info=True)
+                await until_available(lambda: run_pass(service, settings),
+                                      what="the marketplace scheduler pass", log=log)
+            except Exception:  # a bug in one pass must not stop settling for good
+                log.exception("marketplace scheduler pass failed")
             await trio.sleep(settings.scheduler_interval_seconds)
 
     return ActorSpec(name=SCHEDULER_ACTOR, run=run)

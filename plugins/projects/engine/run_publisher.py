@@ -5,6 +5,12 @@ commits whatever is queued in one transaction and only then hands the committed 
 to the local broadcaster, the Redis Stream (other processes) and the notifier. An event
 is therefore never seen before it is durable, and a restart loses none that anyone saw.
 ``finish`` commits the last events, ``done`` and the run's end together.
+
+A database outage (``runtime.errors.is_outage``) pauses the run rather than failing it:
+events stay queued, in order, and the commit is retried with backoff (``runtime.backoff``)
+until the database is back; once ``_MAX_QUEUED`` events wait, the agent waits too. A Redis
+outage does not stop the run either: the events are committed and delivered to this
+process's subscribers; the Redis mirror misses them (``live.event_log``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from plugins.projects.live import event_log
 from plugins.projects.live.event_log import StreamEvent
 from plugins.projects.live.hub import deliver_local
 from plugins.projects.records.notifier import Milestone, Notify
+from runtime.backoff import Backoff, outage_cause
+from runtime.errors import is_outage
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.publisher")
@@ -77,24 +85,40 @@ class RunPublisher:
         :return: the recorded end, or None (no ending, or the run had already ended).
         """
         async with self._lock:
-            batch, self._queued = self._queued, []
-            if not batch and ending is None:
+            if not self._queued and ending is None:
                 return None
-            if ending is not None:
-                batch.append(("done", {"runId": self._run_id, "finalStatus": ending.status}))
-            items = [(name, event_log.encode_data(data)) for name, data in batch]
-            # Once taken from the queue, a batch is committed and fanned out even if the
-            # run is being cancelled: dropping it would leave a hole in the stream.
-            with trio.CancelScope(shield=True):
+            backoff = Backoff()
+            while True:
+                batch = list(self._queued)
+                taken = len(batch)
+                if ending is not None:
+                    batch.append(("done", {"runId": self._run_id,
+                                           "finalStatus": ending.status}))
+                items = [(name, event_log.encode_data(data)) for name, data in batch]
                 try:
-                    events, ended = await self._service.db.write(self._commit, items, ending)
+                    # A commit under way finishes even if the run is being cancelled, so
+                    # that what was committed is also fanned out (no hole in the stream).
+                    with trio.CancelScope(shield=True):
+                        events, ended = await self._service.db.write(self._commit, items,
+                                                                     ending)
                 except _AlreadyEnded:
+                    del self._queued[:taken]
                     log.warning("run %s had already ended; %d events dropped", self._run_id,
                                 len(items))
                     return None
-                with trio.move_on_after(_FAN_OUT_SECONDS):
+                except Exception as exc:
+                    if not is_outage(exc):
+                        raise
+                    # The events stay queued: waiting here (cancellable) loses none.
+                    delay = backoff.next_delay()
+                    log.warning("run %s: %d events wait for the database (%s); retrying in "
+                                "%.1f s", self._run_id, len(items), outage_cause(exc), delay)
+                    await trio.sleep(delay)
+                    continue
+                del self._queued[:taken]
+                with trio.CancelScope(shield=True), trio.move_on_after(_FAN_OUT_SECONDS):
                     await self._fan_out(events, batch, ended)
-            return ended
+                return ended
 
     async def finish(self, ending: RunEnding) -> Ended | None:
         """Commit the last events, ``done`` and the run's end in one transaction."""

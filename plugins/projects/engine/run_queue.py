@@ -9,6 +9,12 @@ ends them ``failed`` if the service stops first. It also ends the runs of proces
 stopped without doing so (expired leases; in the embedded default, every run of an
 earlier process at once). Cancellation requests arrive on the shared ``projects.cancel``
 channel, so the process holding the run hears them whichever process took the request.
+
+Outages stop no run: a run taken while the database is down waits for it to start, a run
+executing waits at its next commit (``engine.run_publisher``), leases are renewed at the
+next interval, and a Redis outage makes the queue resubscribe to cancellations with
+backoff (a cancellation published in the seconds before it has resubscribed is lost: the
+owner asks again).
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from plugins.projects.records.notifier import Notify
 from plugins.projects.records.projects import set_project_status
 from plugins.projects.settings import ProjectsSettings
 from runtime.actors import ActorSpec, Mailbox, serve_mailbox
+from runtime.backoff import Backoff, outage_cause, until_available
 from runtime.contracts.runs import Prepare
-from runtime.errors import Unavailable
+from runtime.errors import Unavailable, is_outage
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.queue")
@@ -143,7 +150,8 @@ class RunQueue:
 
     async def _run_job(self, job: Job) -> None:
         try:
-            if await self.service.db.write(_take, job.run_id):
+            if await until_available(lambda: self.service.db.write(_take, job.run_id),
+                                     what=f"starting run {job.run_id}", log=log):
                 await execute_run(self.service, self.settings, job, self.notify)
         except Exception:  # one run's failure must not take the queue and its runs down
             log.exception("run %s failed outside its agent; it is left to the lease sweep",
@@ -207,10 +215,26 @@ class RunQueue:
                 log.warning("could not renew run leases: the database is unavailable")
 
     async def listen_for_cancels(self, *, task_status: trio.TaskStatus[None]) -> None:
-        async with self.service.shared.subscribe(CANCEL_CHANNEL) as messages:
-            task_status.started()
-            async for run_id in messages:
-                self.cancel(run_id)
+        """Cancel the runs named on ``projects.cancel``; ready once the first subscription
+        was tried, resubscribing with backoff after a Redis outage."""
+        backoff = Backoff()
+        while True:
+            try:
+                async with self.service.shared.subscribe(CANCEL_CHANNEL) as messages:
+                    task_status.started()
+                    task_status = trio.TASK_STATUS_IGNORED  # started once, whatever comes
+                    backoff.reset()
+                    async for run_id in messages:
+                        self.cancel(run_id)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                task_status.started()
+                task_status = trio.TASK_STATUS_IGNORED
+                delay = backoff.next_delay()
+                log.warning("cancellations: %s; resubscribing in %.1f s", outage_cause(exc),
+                            delay)
+                await trio.sleep(delay)
 
     async def run(self, mailbox: Mailbox, *,
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:

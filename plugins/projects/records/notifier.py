@@ -5,7 +5,8 @@ project's title and subscribers and hands one ``MessageUser`` to the messenger
 (``runtime.contracts.messenger``, the auth plugin's bot), which skips users without a
 linked messaging identity and retries failed sends. Runs only drop milestones into the
 notifier's mailbox without waiting (a full mailbox drops the milestone, with a warning),
-so notifying never slows or fails a run.
+so notifying never slows or fails a run. A database outage holds milestones in the mailbox
+(``runtime.backoff``) until the database answers, rather than dropping them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from sqlalchemy import Connection
 
-from plugins.projects.records.projects import get_project_by_id
+from plugins.projects.records.projects import Project, get_project_by_id
 from plugins.projects.records.subscribers import subscriber_ids
 from runtime.actors import ActorSpec, Mailbox
+from runtime.backoff import until_available
 from runtime.contracts.messenger import MESSENGER_ACTOR, MessageUser
 from runtime.service import Service
 
@@ -70,6 +73,10 @@ def notify_later(service: Service, milestone: Milestone) -> None:
                     milestone.kind, milestone.project_id)
 
 
+def _recipients(connection: Connection, project_id: int) -> tuple[Project | None, list[int]]:
+    return get_project_by_id(connection, project_id), subscriber_ids(connection, project_id)
+
+
 def notifier_spec(service: Service) -> ActorSpec:
     """The notifier actor (``projects.notifier``); messages are :class:`Milestone` casts.
     Without a messenger (the auth plugin disabled) milestones are dropped."""
@@ -78,8 +85,9 @@ def notifier_spec(service: Service) -> ActorSpec:
         messenger = service.registry.get(MESSENGER_ACTOR)
         if messenger is None:
             return
-        project = await service.db.read(get_project_by_id, milestone.project_id)
-        user_ids = await service.db.read(subscriber_ids, milestone.project_id)
+        project, user_ids = await until_available(
+            lambda: service.db.read(_recipients, milestone.project_id),
+            what=f"reading the subscribers of project {milestone.project_id}", log=log)
         if project is None or not user_ids:
             return
         if not messenger.try_cast(MessageUser(tuple(user_ids),
