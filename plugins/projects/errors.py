@@ -1,6 +1,6 @@
-"""Error codes of the projects plugin (the spec's Projects group, and one of our own)."""
+"""Error codes of the projects plugin (the spec's Projects group, and some of our own)."""
 
-from runtime.errors import Conflict, Forbidden, InvalidRequest
+from runtime.errors import Conflict, Forbidden, InvalidRequest, RateLimited
 
 
 class TokenNoMatch(Forbidden):
@@ -33,3 +33,17 @@ class MessengerNotLinked(Conflict):
     notifications go through the messaging platform's bot, so there is nowhere to send them."""
 
     code = "messenger_not_linked"
+
+
+class PrivateProjectsRequired(Forbidden):
+    """Raised when a caller without the ``privateProjects`` feature (the max tier) makes a
+    project private."""
+
+    code = "private_projects_required"
+
+
+class TooManyStreams(RateLimited):
+    """Raised when a client address already holds ``streams_per_client`` open streams;
+    carries ``Retry-After``."""
+
+    code = "too_many_streams"

@@ -21,7 +21,11 @@ from plugins.projects.engine.ending import artifact_url
 from plugins.projects.engine.run_queue import CANCEL_CHANNEL
 from plugins.projects.engine.run_rows import RunRecord, get_run
 from plugins.projects.engine.submit import RunRequest, start_run
-from plugins.projects.errors import MessengerNotLinked, TemplateUnknown
+from plugins.projects.errors import (
+    MessengerNotLinked,
+    PrivateProjectsRequired,
+    TemplateUnknown,
+)
 from plugins.projects.live.sse import requested_last_event_id, stream_response
 from plugins.projects.records.access import owned_project, visible_project
 from plugins.projects.records.projects import (
@@ -140,9 +144,14 @@ async def _answer(service: Service, slug: str) -> Response:
 @validate_request(CreateProjectRequest)
 @document_response(ProjectSummary, 201)
 async def create(data: CreateProjectRequest) -> Response:
-    """Create a project attached to a token the caller owns; it starts ``idle``."""
+    """Create a project attached to a token the caller owns; it starts ``idle``. A private
+    one needs the ``privateProjects`` feature (the max tier)."""
     service = current_service()
     principal = require_user()
+    if data.private and \
+            not (await service.features(principal.user_id)).get("privateProjects", False):
+        raise PrivateProjectsRequired("private projects need the privateProjects feature "
+                                      "(the max subscription tier)")
     if data.agentTemplate not in service.templates:
         known = ", ".join(service.templates) or "none"
         raise TemplateUnknown(f"agentTemplate {data.agentTemplate!r} is not a preset "

@@ -2,31 +2,41 @@
 
 The actor loads the ring (``live.ring``) from the database when it starts, appends what
 publishers (in this process) and the hub's Redis tail (events of runs in other processes)
-send it, fills any gap from the database, and hands out subscriptions. It stops when
-nobody has read or written for ``idle_seconds``.
+send it, fills any gap from the database, and hands out subscriptions. Every
+``SWEEP_SECONDS`` it looks for readers stuck in a write (``Ring.stuck``) and resets their
+connections (``live.cutoff``). It stops when nobody has read or written for
+``idle_seconds``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from plugins.projects.live import event_log
+from plugins.projects.live.cutoff import reset_connections
 from plugins.projects.live.event_log import StreamEvent
 from plugins.projects.live.ring import Ring, Subscription
 from runtime.actors import ActorSpec, Mailbox, Request
 from runtime.service import Service
 
+log = logging.getLogger("flowsvc.projects.stream")
+SWEEP_SECONDS = 1.0
+"""How often a broadcaster looks for readers stuck in a write."""
+
 
 @dataclass(frozen=True)
 class Subscribe(Request["tuple[Subscription, str | None]"]):
     """Message: a reader's subscription from ``last_event_id`` (without one, from the first
-    event of ``latest_run_id``), and the lost-events header value if any."""
+    event of ``latest_run_id``), and the lost-events header value if any. The reader stays
+    silent at most ``heartbeat_seconds``."""
 
     last_event_id: str | None
     latest_run_id: str | None
+    heartbeat_seconds: float
 
 
 @dataclass(frozen=True)
@@ -41,13 +51,15 @@ def broadcaster_name(stream: str) -> str:
 
 
 def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
-                     idle_seconds: float, heartbeat_seconds: float) -> ActorSpec:
+                     idle_seconds: float, heartbeat_seconds: float,
+                     write_timeout: float) -> ActorSpec:
     """The broadcaster actor of ``stream``, owning ``ring``.
 
     Messages: ``Subscribe`` and ``Append`` (a cast; duplicates are skipped, gaps filled from
-    the database). Every ``heartbeat_seconds`` it beats the ring. It is
-    ``temporary``: when it ends or crashes, its ring is closed and readers reconnect to a
-    fresh one.
+    the database). It beats the ring every ``heartbeat_seconds`` (or its most demanding
+    reader's), and cuts off readers whose write has lasted ``write_timeout`` seconds or
+    that fell ``max_lag`` events behind during one. It is ``temporary``: when it ends or
+    crashes, its ring is closed and readers reconnect to a fresh one.
     """
 
     async def append(events: list[StreamEvent]) -> None:
@@ -66,10 +78,10 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
             case Append(events):
                 await append(events)
                 return None
-            case Subscribe(last_event_id, latest_run_id):
+            case Subscribe(last_event_id, latest_run_id, reader_heartbeat):
                 cursor, lost = ring.start_cursor(last_event_id, latest_run_id)
                 ring.touched = trio.current_time()
-                return Subscription(ring, cursor, max_lag), lost
+                return Subscription(ring, cursor, max_lag, reader_heartbeat), lost
         raise TypeError(f"{broadcaster_name(stream)} does not understand {message!r}")
 
     async def run(mailbox: Mailbox, *,
@@ -78,8 +90,11 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
             events, last = await service.db.read(event_log.recent_events, stream, ring.capacity)
             ring.reset(events, last)
             task_status.started()
+            now = trio.current_time()
+            next_beat = now + min(heartbeat_seconds, idle_seconds / 2)
+            next_sweep = now + SWEEP_SECONDS
             while True:
-                with trio.move_on_after(min(heartbeat_seconds, idle_seconds / 2)):
+                with trio.move_on_at(min(next_beat, next_sweep)):
                     try:
                         envelope = await mailbox.receive()
                     except (trio.EndOfChannel, trio.ClosedResourceError):
@@ -89,12 +104,26 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
                     except Exception as exc:  # the caller owns the failure
                         envelope.fail(exc)
                     continue
-                ring.beat()
-                idle = trio.current_time() - ring.touched >= idle_seconds
-                if ring.readers == 0 and idle:
-                    return
+                now = trio.current_time()
+                if now >= next_sweep:
+                    await cut_off(ring.stuck(now, write_timeout))
+                    next_sweep = now + SWEEP_SECONDS
+                if now >= next_beat:
+                    ring.beat()
+                    if ring.readers == 0 and now - ring.touched >= idle_seconds:
+                        return
+                    next_beat = now + min(ring.heartbeat_seconds(heartbeat_seconds),
+                                          idle_seconds / 2)
         finally:
             ring.close()
+
+    async def cut_off(stuck: list[Subscription]) -> None:
+        targets = [reader.connection for reader in stuck if reader.connection is not None]
+        if not targets:
+            return
+        reset = await trio.to_thread.run_sync(reset_connections, targets)
+        log.info("cut off %d of %d stuck readers of %s (%s)", reset, len(targets), stream,
+                 stuck[0].dropped)
 
     return ActorSpec(name=broadcaster_name(stream), run=run, restart="temporary",
                      mailbox_size=256)

@@ -41,11 +41,13 @@ class OpenStream(Request[Address]):
 
 
 async def subscribe(service: Service, stream: str, last_event_id: str | None,
-                    latest_run_id: str | None) -> tuple[Subscription, str | None]:
+                    latest_run_id: str | None, heartbeat_seconds: float
+                    ) -> tuple[Subscription, str | None]:
     """A reader's subscription to ``stream``, and the lost-events header value if any.
 
     :param latest_run_id: the stream's latest run: a reader without ``Last-Event-ID``
         starts at its first event.
+    :param heartbeat_seconds: how long the reader may stay silent.
 
     :raises Unavailable: no broadcaster could be started.
     """
@@ -53,7 +55,8 @@ async def subscribe(service: Service, stream: str, last_event_id: str | None,
     for _ in range(_OPEN_ATTEMPTS):
         address = await hub.call(OpenStream(stream))
         try:
-            return await address.call(Subscribe(last_event_id, latest_run_id))
+            return await address.call(Subscribe(last_event_id, latest_run_id,
+                                                heartbeat_seconds))
         except Unavailable:
             continue  # it stopped for idleness as we arrived: the hub starts a fresh one
     raise Unavailable(f"the broadcaster of {stream} is unavailable")
@@ -85,7 +88,8 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
         address = await service.supervisor.start(broadcaster_spec(
             service, stream, ring, max_lag=settings.subscriber_max_lag,
             idle_seconds=settings.stream_idle_seconds,
-            heartbeat_seconds=settings.heartbeat_seconds))
+            heartbeat_seconds=settings.heartbeat_seconds,
+            write_timeout=settings.subscriber_write_timeout_seconds))
         if redis is not None:
             rings[stream] = ring  # the tail reads the Redis Stream of each open ring
             try:

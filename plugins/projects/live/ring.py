@@ -7,14 +7,19 @@ woken when the ring grows, and it takes every frame it has not sent yet in one p
 a reader that fell behind catches up in one write. The publisher never waits for
 readers. A reader more than ``max_lag`` events behind the live head (its initial replay
 not counted), or whose cursor fell out of the ring, gets :class:`Lagged` and is
-disconnected; it resumes with ``Last-Event-ID``. The stream's broadcaster actor owns the
-ring (``live.broadcaster``).
+disconnected; it resumes with ``Last-Event-ID``. That check runs when the reader takes
+frames, which a reader stuck in a write never does: the broadcaster sweeps the ring for
+them (:meth:`Ring.stuck`) and cuts their connections. The stream's broadcaster actor owns
+the ring (``live.broadcaster``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 import trio
 
+from plugins.projects.live.cutoff import Endpoints
 from plugins.projects.live.event_log import StreamEvent
 
 NO_EARLIER_EVENT = "-1"
@@ -36,8 +41,47 @@ class Ring:
         self.last_seq = 0
         self.changed = trio.Event()
         self.closed = False
-        self.readers = 0
+        self.subscriptions: set[Subscription] = set()
+        self._heartbeats: Counter[float] = Counter()
         self.touched = trio.current_time()
+
+    @property
+    def readers(self) -> int:
+        return len(self.subscriptions)
+
+    def join(self, subscription: Subscription) -> None:
+        self.subscriptions.add(subscription)
+        self._heartbeats[subscription.heartbeat_seconds] += 1
+
+    def leave(self, subscription: Subscription) -> None:
+        self.subscriptions.discard(subscription)
+        self._heartbeats[subscription.heartbeat_seconds] -= 1
+        if not self._heartbeats[subscription.heartbeat_seconds]:
+            del self._heartbeats[subscription.heartbeat_seconds]
+        self.touched = trio.current_time()
+
+    def heartbeat_seconds(self, default: float) -> float:
+        """How often the ring must beat for its most demanding reader (``default`` when
+        it has none)."""
+        return min(self._heartbeats, default=default)
+
+    def stuck(self, now: float, write_timeout: float) -> list[Subscription]:
+        """The readers whose current write has lasted ``write_timeout`` seconds or more, or
+        that fell more than their ``max_lag`` behind while writing; each is marked
+        ``dropped`` (with the reason) and returned once."""
+        found = []
+        for subscription in self.subscriptions:
+            started = subscription.writing_since
+            if started is None or subscription.dropped is not None:
+                continue
+            if now - started >= write_timeout:
+                subscription.dropped = f"a write took more than {write_timeout:g} s"
+            elif subscription.behind() > subscription.max_lag:
+                subscription.dropped = f"more than {subscription.max_lag} events behind"
+            else:
+                continue
+            found.append(subscription)
+        return found
 
     def reset(self, events: list[StreamEvent], last_seq: int) -> None:
         """Hold ``events`` (the newest ones, in order) of a stream whose last is ``last_seq``."""
@@ -118,21 +162,31 @@ class Ring:
 
 
 class Subscription:
-    """A reader's cursor into a ring. Use it as a context manager while reading."""
+    """A reader's cursor into a ring. Use it as a context manager while reading.
 
-    def __init__(self, ring: Ring, cursor: int, max_lag: int) -> None:
+    :param heartbeat_seconds: how long the reader may stay silent (its ring beats at least
+        this often while it reads).
+    """
+
+    def __init__(self, ring: Ring, cursor: int, max_lag: int, heartbeat_seconds: float) -> None:
         self.ring = ring
         self.cursor = cursor
         self.max_lag = max_lag
+        self.heartbeat_seconds = heartbeat_seconds
         self._replay_until = ring.last_seq
+        self.writing_since: float | None = None
+        """When the reader's current write began; None between writes (its owner sets it)."""
+        self.dropped: str | None = None
+        """Why the broadcaster cut the reader off, once it has."""
+        self.connection: Endpoints | None = None
+        """The reader's TCP connection, for the broadcaster to cut (``live.cutoff``)."""
 
     def __enter__(self) -> Subscription:
-        self.ring.readers += 1
+        self.ring.join(self)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.ring.readers -= 1
-        self.ring.touched = trio.current_time()
+        self.ring.leave(self)
 
     @property
     def closed(self) -> bool:
@@ -144,15 +198,21 @@ class Subscription:
         :raises Lagged: the reader is more than ``max_lag`` events behind the live head,
             or its next event is no longer held.
         """
+        if self.dropped is not None:
+            raise Lagged(self.dropped)
         ring = self.ring
         last = ring.last_seq
         if self.cursor >= last:
             return b""
-        if last - max(self.cursor, self._replay_until) > self.max_lag:
+        if self.behind() > self.max_lag:
             raise Lagged(f"more than {self.max_lag} events behind")
         chunk = ring.frames_after(self.cursor)
         self.cursor = last
         return chunk
+
+    def behind(self) -> int:
+        """How many live events the reader has not taken (its initial replay not counted)."""
+        return self.ring.last_seq - max(self.cursor, self._replay_until)
 
     async def wait(self) -> None:
         """Return once the ring holds events after the cursor, is closed, or beats."""

@@ -1,29 +1,92 @@
 """The live build stream over Server-Sent Events, for any stream of the event log.
 
 A response starts with a ``retry:`` hint, replays what the reader missed and then sends
-events as they come, every pending frame in one write. A reader silent for
-``heartbeat_seconds`` sends a ``: keepalive`` comment at the broadcaster's next beat (so
-between one and two heartbeat periods of silence), which keeps idle connections and
-proxies open. When the requested ``Last-Event-ID`` is older than the ring or unknown, the
-response carries the Mercure signal: a ``Last-Event-ID`` header with the id before the
-first event sent (``-1`` when there is none), and the reader gets the whole ring. A
-reader that falls too far behind is disconnected and resumes with ``Last-Event-ID``.
+events as they come, every pending frame in one write. A reader silent for its heartbeat
+interval sends a ``: keepalive`` comment at the broadcaster's next beat (so between one and
+two intervals of silence), which keeps idle connections and proxies open. A caller with
+the ``fasterSse`` feature gets the shorter ``faster_heartbeat_seconds`` and
+``faster_retry_ms``. When the requested ``Last-Event-ID`` is older than the ring or
+unknown, the response carries the Mercure signal: a ``Last-Event-ID`` header with the id
+before the first event sent (``-1`` when there is none), and the reader gets the whole
+ring. A reader that falls too far behind, or whose write does not finish within
+``subscriber_write_timeout_seconds``, is disconnected and resumes with ``Last-Event-ID``.
+
+Streams are anonymous, so each client address (as the request pipeline resolved it,
+``trusted_proxies`` included) may hold at most ``streams_per_client`` of them open in a
+process; one more is refused with 429 ``too_many_streams``.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import trio
 from quart import Response, request
 
+from plugins.projects.errors import TooManyStreams
+from plugins.projects.live.cutoff import endpoints_of
 from plugins.projects.live.hub import subscribe
 from plugins.projects.live.ring import Lagged, Subscription
 from plugins.projects.settings import ProjectsSettings
+from runtime.context import current_context
 from runtime.http import SSE_HEADERS
-from runtime.service import Service
+from runtime.service import Service, StateSlot
 
 LOST_HEADER = "Last-Event-ID"
+STREAM_SLOT_RETRY_SECONDS = 5
+"""The ``Retry-After`` of a stream refused for the client's cap."""
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How often a reader hears from a silent stream, and how soon it reconnects."""
+
+    heartbeat_seconds: float
+    retry_ms: int
+
+
+class OpenStreams:
+    """How many streams each client address holds open in this service."""
+
+    def __init__(self) -> None:
+        self._by_client: Counter[str] = Counter()
+
+    def take(self, client: str, cap: int) -> StreamSlot:
+        """One more stream for ``client``.
+
+        :raises TooManyStreams: ``client`` already holds ``cap`` streams.
+        """
+        if self._by_client[client] >= cap:
+            raise TooManyStreams(
+                f"this address already holds {cap} open streams; close one first",
+                retry_after=STREAM_SLOT_RETRY_SECONDS)
+        self._by_client[client] += 1
+        return StreamSlot(self, client)
+
+    def give_back(self, client: str) -> None:
+        self._by_client[client] -= 1
+        if not self._by_client[client]:
+            del self._by_client[client]
+
+
+class StreamSlot:
+    """One open stream of a client; ``release`` it once (later calls do nothing)."""
+
+    def __init__(self, streams: OpenStreams, client: str) -> None:
+        self._streams: OpenStreams | None = streams
+        self._client = client
+
+    def release(self) -> None:
+        if self._streams is not None:
+            self._streams.give_back(self._client)
+            self._streams = None
+
+
+OPEN_STREAMS: StateSlot[OpenStreams] = StateSlot("projects.open_streams",
+                                                  lambda service: OpenStreams())
 
 
 def requested_last_event_id() -> str | None:
@@ -35,30 +98,45 @@ def requested_last_event_id() -> str | None:
     return value
 
 
-async def _frames(subscription: Subscription, settings: ProjectsSettings,
-                  lost: str | None) -> AsyncIterator[bytes]:
-    with subscription:
-        head = f"retry: {settings.retry_ms}\n\n"
-        if lost is not None:
-            head += f": events were lost; the replay starts after {lost}\n\n"
-        yield head.encode()
-        last_write = trio.current_time()
-        while True:
-            try:
-                chunk = subscription.take()
-            except Lagged as lagged:
-                yield f": disconnected, {lagged}; reconnect with Last-Event-ID\n\n".encode()
-                return
-            if chunk:
-                yield chunk
-                last_write = trio.current_time()
-                continue
-            if subscription.closed:
-                return
-            if trio.current_time() - last_write >= settings.heartbeat_seconds:
-                yield b": keepalive\n\n"
-                last_write = trio.current_time()
-            await subscription.wait()
+async def _pacing(service: Service, settings: ProjectsSettings) -> Pacing:
+    """The current caller's pacing: faster with the ``fasterSse`` feature."""
+    principal = current_context().principal
+    if principal is not None and principal.via != "internal" and \
+            (await service.features(principal.user_id)).get("fasterSse", False):
+        return Pacing(settings.faster_heartbeat_seconds, settings.faster_retry_ms)
+    return Pacing(settings.heartbeat_seconds, settings.retry_ms)
+
+
+async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
+                  slot: StreamSlot) -> AsyncIterator[bytes]:
+    head = f"retry: {pacing.retry_ms}\n\n"
+    if lost is not None:
+        head += f": events were lost; the replay starts after {lost}\n\n"
+    pending = head.encode()
+    try:
+        with subscription:
+            while True:
+                # The broadcaster watches how long each write takes (Ring.stuck).
+                subscription.writing_since = last_write = trio.current_time()
+                yield pending
+                subscription.writing_since = None
+                while True:
+                    try:
+                        pending = subscription.take()
+                    except Lagged as lagged:
+                        yield (f": disconnected, {lagged}; reconnect with Last-Event-ID\n\n"
+                               .encode())
+                        return
+                    if pending:
+                        break
+                    if subscription.closed:
+                        return
+                    if trio.current_time() - last_write >= pacing.heartbeat_seconds:
+                        pending = b": keepalive\n\n"
+                        break
+                    await subscription.wait()
+    finally:
+        slot.release()
 
 
 async def stream_response(service: Service, settings: ProjectsSettings, stream: str,
@@ -66,13 +144,26 @@ async def stream_response(service: Service, settings: ProjectsSettings, stream: 
     """The ``text/event-stream`` response of ``stream`` from ``last_event_id`` on (without
     one: from the first event of ``latest_run_id``, the stream's latest run).
 
+    :raises TooManyStreams: the client's address holds ``streams_per_client`` streams.
     :raises Unavailable: the stream's broadcaster could not be started.
     """
-    subscription, lost = await subscribe(service, stream, last_event_id, latest_run_id)
+    slot = service.state(OPEN_STREAMS).take(current_context().client_ip,
+                                            settings.streams_per_client)
+    try:
+        pacing = await _pacing(service, settings)
+        subscription, lost = await subscribe(service, stream, last_event_id, latest_run_id,
+                                             pacing.heartbeat_seconds)
+    except BaseException:
+        slot.release()
+        raise
+    subscription.connection = endpoints_of(request.scope)
     headers = {name: value for name, value in SSE_HEADERS.items() if name != "Content-Type"}
     if lost is not None:
         headers[LOST_HEADER] = lost
-    response = Response(_frames(subscription, settings, lost), status=200, headers=headers,
-                        content_type="text/event-stream")
+    body = _frames(subscription, pacing, lost, slot)
+    # A body never started (the client left before it) runs no ``finally``: give the
+    # slot back when it is dropped instead.
+    weakref.finalize(body, slot.release)
+    response = Response(body, status=200, headers=headers, content_type="text/event-stream")
     response.timeout = None  # a stream is open-ended; Quart would cut it after 60 s
     return response

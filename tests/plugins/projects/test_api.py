@@ -9,7 +9,13 @@ import httpx
 
 from runtime.server import Running
 from tests.support.auth import BOT_TOKEN, init_data
-from tests.support.projects import BRIEF, new_project, serve_projects, token_owner
+from tests.support.projects import (
+    BRIEF,
+    GrantedFeatures,
+    new_project,
+    serve_projects,
+    token_owner,
+)
 from tests.support.server import client
 from tests.support.sse import open_sse
 from tests.support.wallet import sign_in
@@ -17,6 +23,13 @@ from tests.support.wallet import sign_in
 
 def error_of(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["error"]["code"]
+
+
+async def grant_private_projects(running: Running, http: httpx.AsyncClient) -> None:
+    """Give the signed-in user of ``http`` the ``privateProjects`` feature (billing's part:
+    tests/plugins/projects/test_feature_gates.py has it with real subscriptions)."""
+    user_id = int((await http.get("/me")).json()["user"]["id"])
+    running.service.pm.register(GrantedFeatures({user_id: {"privateProjects": True}}))
 
 
 async def test_creation_validates_every_field(tmp_path: Path, database_url: str) -> None:
@@ -45,6 +58,9 @@ async def test_creation_validates_every_field(tmp_path: Path, database_url: str)
         no_token = await http.post("/projects", json={**good, "tokenSlug": "nope"})
         assert error_of(no_token) == (404, "not_found")
 
+        refused = await http.post("/projects", json={**good, "private": True})
+        assert error_of(refused) == (403, "private_projects_required")
+        await grant_private_projects(running, http)
         created = await new_project(http, "shop", title="  Shop  ", private=True,
                                     brief="One line\nand a soft break in one paragraph.")
         assert created["slug"] == "shop" and created["status"] == "idle"
@@ -91,6 +107,7 @@ async def test_private_projects_are_for_their_owner_only(tmp_path: Path) -> None
     async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}") \
             as running, token_owner(running, "vault") as owner, client(running) as stranger:
         await sign_in(stranger)
+        await grant_private_projects(running, owner)
         slug = (await new_project(owner, "vault", private=True))["slug"]
         assert (await owner.post(f"/projects/{slug}/start")).status_code == 201
         async with client(running) as anonymous:

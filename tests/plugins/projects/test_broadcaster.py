@@ -65,7 +65,7 @@ async def test_where_readers_start() -> None:
 
 async def test_a_reader_takes_everything_pending_in_one_piece() -> None:
     ring = ring_with(3, capacity=100)
-    with Subscription(ring, 0, max_lag=5) as reader:
+    with Subscription(ring, 0, max_lag=5, heartbeat_seconds=15) as reader:
         assert ring.readers == 1
         assert seqs(reader.take()) == [1, 2, 3]  # the replay is not lag
         assert reader.take() == b""
@@ -77,14 +77,14 @@ async def test_a_reader_takes_everything_pending_in_one_piece() -> None:
         with pytest.raises(Lagged, match="more than 5 events behind"):
             reader.take()
     assert ring.readers == 0
-    old = Subscription(ring_with(30), 2, max_lag=1000)
+    old = Subscription(ring_with(30), 2, max_lag=1000, heartbeat_seconds=15)
     with pytest.raises(Lagged):
         old.take()
 
 
 async def test_readers_wake_when_the_ring_grows() -> None:
     ring = ring_with(1)
-    reader = Subscription(ring, 1, max_lag=10)
+    reader = Subscription(ring, 1, max_lag=10, heartbeat_seconds=15)
     woken: list[bytes] = []
 
     async def wait_then_take() -> None:

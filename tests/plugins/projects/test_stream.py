@@ -1,5 +1,6 @@
 """The live build stream: replay by Last-Event-ID, the lost-events signal, heartbeats,
-restarts, many subscribers and a stalled one (real HTTP and SSE)."""
+restarts, many subscribers and a stalled one (real HTTP and SSE). test_stream_limits has
+the stuck readers' cut-offs and the cap per client address."""
 
 from __future__ import annotations
 
@@ -142,8 +143,9 @@ async def test_a_restart_loses_no_event(tmp_path: Path, database_url: str,
 
 
 async def test_five_hundred_subscribers_receive_every_event_in_order(tmp_path: Path) -> None:
-    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}") \
-            as running, token_owner(running, "crowd") as http:
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                              streams_per_client="500") as running, \
+            token_owner(running, "crowd") as http:
         slug = (await new_project(http, "crowd"))["slug"]
         received: list[list[SseEvent]] = []
         connected = trio.Semaphore(0)
@@ -208,10 +210,15 @@ async def test_a_stalled_subscriber_delays_nobody_and_resumes(
             complete = readers[0]
             assert_well_formed(complete)
             assert complete[-1].event == "done" and stalled.events == []
-            await stalled.until_end(timeout=60)
-            assert any("more than 100 events behind" in c for c in stalled.comments)
-            assert 0 < len(stalled.events) < len(complete)
+            # It is disconnected: with a last comment when its write had gone through, by
+            # a reset of the connection when the write was stuck (the kernel's buffers full).
+            try:
+                await stalled.until_end(timeout=60)
+                assert any("more than 100 events behind" in c for c in stalled.comments)
+            except trio.BrokenResourceError:
+                pass
+            assert len(stalled.events) < len(complete)
             assert stalled.events == complete[:len(stalled.events)]
-            last_id = stalled.events[-1].id
+            last_id = stalled.events[-1].id if stalled.events else "0"
         _, rest = await read_all(running, path, {"Last-Event-ID": str(last_id)})
         assert stalled.events + rest == complete
