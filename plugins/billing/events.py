@@ -26,10 +26,6 @@ EVENT_TYPES = [
               "or after the last retry of grace failed (tier, reason, ends_at)."),
     EventType("subscription.ended", "The subscription's tier is gone: a canceled subscription "
               "lapsed (tier, reason)."),
-    EventType("payout.sent", "A payout was sent on chain (payout_id, amount_flow, tx_hash); "
-              "payouts are deprecated."),
-    EventType("payout.failed", "A payout could not be sent (payout_id, amount_flow, reason); "
-              "payouts are deprecated."),
 ]
 
 

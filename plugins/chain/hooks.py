@@ -1,6 +1,6 @@
 """Hook implementations of the chain plugin: the token registry (its table, routes, command
-and the ``TOKENS`` contract), the RPC pools of the configured chains and its webhook event
-declaration."""
+and the ``TOKENS`` contract), the RPC pools and the indexer of each configured chain, the
+FLOW balance alert routes and the webhook events the indexer emits."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from typing import Any
 
 from quart import Blueprint
 
-from plugins.chain import routes, tables
+from plugins.chain import alert_routes, routes, tables
 from plugins.chain.commands import TOKENS_COMMAND
+from plugins.chain.indexer.actor import indexer_actor
 from plugins.chain.onchain import routes as onchain_routes
 from plugins.chain.settings import ChainSettings
-from plugins.chain.state import rpc_actor
+from plugins.chain.state import CHAIN, rpc_actor
 from plugins.chain.tokens import RegisteredTokens
 from runtime.actors import ActorSpec
 from runtime.contracts import Provision, provision
 from runtime.contracts.tokens import TOKENS
 from runtime.events import EventType
 from runtime.hookspecs import hookimpl
-from runtime.hooktypes import Command
+from runtime.hooktypes import Command, ReadinessCheck
 from runtime.plugin_kit import standard_hooks
 from runtime.service import Service
 
@@ -35,12 +36,31 @@ def flowsvc_provides(service: Service) -> list[Provision[Any]]:
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
-    return [rpc_actor(service)]
+    return [rpc_actor(service),
+            *(indexer_actor(service, chain) for chain in service.state(CHAIN).chains.values())]
+
+
+@hookimpl
+def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
+    """Ready unless a chain's indexer stopped (a reorg deeper than its finality depth)."""
+
+    async def indexers() -> dict[str, Any]:
+        state = service.state(CHAIN)
+        stopped = [f"chain {state.chains[chain_id].name}: {status.stopped_reason}"
+                   for chain_id, status in state.indexers.items() if status.state == "stopped"]
+        if stopped:
+            raise RuntimeError("indexer stopped: " + "; ".join(stopped))
+        return {"chains": {state.chains[chain_id].name: {
+            "state": status.state, "head": status.head, "indexed": status.indexed,
+            "final": status.final, "waiting": status.waiting}
+            for chain_id, status in state.indexers.items()}}
+
+    return [ReadinessCheck("chain_indexers", indexers)] if service.state(CHAIN).chains else []
 
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    return [routes.blueprint, onchain_routes.blueprint]
+    return [routes.blueprint, onchain_routes.blueprint, alert_routes.blueprint]
 
 
 @hookimpl
@@ -51,6 +71,13 @@ def flowsvc_commands() -> list[Command]:
 @hookimpl
 def flowsvc_webhook_events() -> list[EventType]:
     return [
-        EventType("flow.balance.low", "The caller's FLOW balance fell below their threshold "
-                  "(balance, threshold)."),
+        EventType("flow.balance.low", "The caller's FLOW balance fell below the threshold they "
+                  "set with PUT /me/alerts/flow-balance (balance, threshold, chain_id, "
+                  "address); emitted by the chain indexer once the transfer is final."),
+        EventType("payout.sent", "The caller's sign-in address sold FLOW on chain (payout_id, "
+                  "amount_flow, amount_usdt, tx_hash, ...); emitted by the chain indexer once "
+                  "the Sold event is final."),
+        EventType("payout.failed", "A payout could not be sent (payout_id, amount_flow, "
+                  "reason). Never emitted: the service signs nothing, and a sell that fails "
+                  "reverts on chain without an event."),
     ]

@@ -64,6 +64,9 @@ class ChainSettings(Section):
     key."""
 
     chains: list[ChainConfig] = []
+    # How long a process holds a chain's indexing without renewing it: another process takes
+    # over a chain within this many seconds of its indexer's process dying.
+    lease_seconds: float = Field(10.0, ge=1, le=300)
 
     @model_validator(mode="after")
     def _unique_chains(self) -> ChainSettings:

@@ -10,12 +10,15 @@ start with one line naming it (redacted) and both ids, and it closes the client 
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import trio
 
+from plugins.chain.indexer.metrics import IndexerMetrics
+from plugins.chain.indexer.status import IndexerStatus
 from plugins.chain.rpc import RpcPool
 from plugins.chain.rpc_errors import ChainIdMismatch
 from plugins.chain.rpc_metrics import RpcMetrics
@@ -31,12 +34,17 @@ RPC_ACTOR = "chain.rpc"
 
 @dataclass(frozen=True)
 class ChainState:
-    """The configured chains and their RPC pools, both by chain id."""
+    """The configured chains, their RPC pools and their indexers' status, by chain id."""
 
+    settings: ChainSettings
     chains: dict[int, ChainConfig]
     pools: dict[int, RpcPool]
     client: httpx.AsyncClient
     rpc_metrics: RpcMetrics
+    indexer_metrics: IndexerMetrics
+    indexers: dict[int, IndexerStatus]
+    # This process's name on the indexers' leases; it survives restarts of the actors.
+    owner: str
 
     @classmethod
     def create(cls, service: Service) -> ChainState:
@@ -52,7 +60,10 @@ class ChainState:
                            observer=rpc_metrics.for_chain(chain.name))
             pool.expected_chain_id = chain.id  # each URL checks its id before its first use
             pools[chain.id] = pool
-        return cls(chains, pools, client, rpc_metrics)
+        return cls(settings, chains, pools, client, rpc_metrics,
+                   IndexerMetrics(service.metrics.registry),
+                   {chain.id: IndexerStatus() for chain in settings.chains},
+                   secrets.token_hex(8))
 
     async def check_chain_ids(self) -> None:
         """Ask every URL of every chain for its chain id, all at once. A URL that does not

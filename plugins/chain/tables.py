@@ -79,9 +79,12 @@ logs = Table(
     Column("address", String(42), nullable=False),
     Column("instance", String(42), nullable=True),
     Column("event", String(32), nullable=False),
+    # The first indexed address (a user, the payer, the token's owner...), lowercase.
+    Column("account", String(42), nullable=True),
     Column("topics", Text, nullable=False),
     Column("data", Text, nullable=False),
     Index("ix_chain_logs_block", "chain_id", "block_number"),
+    Index("ix_chain_logs_account", "chain_id", "instance", "account"),
 )
 
 token_counters = Table(

@@ -44,10 +44,12 @@ def upgrade() -> None:
         sa.Column("address", sa.String(42), nullable=False),
         sa.Column("instance", sa.String(42), nullable=True),
         sa.Column("event", sa.String(32), nullable=False),
+        sa.Column("account", sa.String(42), nullable=True),
         sa.Column("topics", sa.Text(), nullable=False),
         sa.Column("data", sa.Text(), nullable=False),
     )
     op.create_index("ix_chain_logs_block", "chain_logs", ["chain_id", "block_number"])
+    op.create_index("ix_chain_logs_account", "chain_logs", ["chain_id", "instance", "account"])
     op.create_table(
         "chain_token_counters",
         sa.Column("chain_id", sa.BigInteger(), primary_key=True, autoincrement=False),

@@ -1,0 +1,484 @@
+"""The indexer of one chain: an actor that holds the chain's lease and follows it.
+
+Each pass asks the node for its head (a URL whose head is behind the final block is lagging:
+the pool fails over, it is not a reorg) and then:
+
+- **history**: while the next block is final (``head - finality_depth``), logs of the
+  followed contracts come by adaptive ``eth_getLogs`` ranges (``logrange``); each range
+  commits in one transaction with its cursor and its final work.
+- **tip**: block by block, the header (number, hash, parent hash) is kept while not final
+  and its logs are fetched by block hash. A parent that is not the indexed head, or a head
+  below the indexed one whose block differs, is a reorg: walk back by number to the common
+  ancestor, undo the dropped blocks (``store.roll_back``) and follow the new branch. A reorg
+  that reaches the final block stops the indexer loudly (logged, ``/readyz`` fails).
+- blocks that became final run ``final`` in the same transaction as the step.
+
+A factory ``Launched`` of a dpnm instance adds its protocol and tree to the followed
+contracts at once, and their logs of the same range are fetched before the range commits.
+An outage (RPC or database down) is waited out with capped backoff; a URL whose head stops
+advancing for ``stall_timeout_seconds`` is cooled down so another URL serves (the watchdog).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import aclosing
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, cast
+
+import trio
+
+from plugins.chain import alerts
+from plugins.chain.abi import AbiDecodeError
+from plugins.chain.contracts import ERC20, TEMPLATES
+from plugins.chain.endpoint import RpcEndpoint
+from plugins.chain.health import CooldownPolicy
+from plugins.chain.indexer import store
+from plugins.chain.indexer.final import FinalWork, run_final
+from plugins.chain.indexer.logs import Followed, RawLog, unique_in_order
+from plugins.chain.indexer.store import BlockRef, Cursor, LeaseLost, Step
+from plugins.chain.logrange import LogChunk, LogRangeSizer, Topics, fetch_logs
+from plugins.chain.rpc_errors import RpcDeterministicError, RpcError, RpcTransientError
+from plugins.chain.settings import ChainConfig
+from plugins.chain.state import CHAIN
+from plugins.chain.views import BALANCE_OF, ECOSYSTEM, Ecosystem
+from runtime.actors import ActorSpec, Mailbox
+from runtime.contracts.chain import FinalTransfer, TransferWatch
+from runtime.errors import is_outage
+from runtime.service import Service
+
+log = logging.getLogger("flowsvc.chain.indexer")
+
+TRANSFER_TOPIC = "0x" + ERC20.events["Transfer"].topic0.hex()
+FOLLOWED_TEMPLATES = ("dpnm", "dpnm-v2")
+BACKOFF_INITIAL = 0.5
+BACKOFF_MAX = 10.0
+ZERO_ADDRESS = "0x" + "00" * 20
+USDT_ALIAS = "usdt"  # a watch's token meaning the chain's configured USDT
+
+
+class DeepReorg(Exception):
+    """A reorg reached a block the indexer holds as final: nothing is rolled back."""
+
+
+def indexer_actor(service: Service, chain: ChainConfig) -> ActorSpec:
+    """The actor indexing ``chain`` (``chain.indexer.<name>``)."""
+
+    async def run(mailbox: Mailbox, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await ChainIndexer(service, chain).run()
+
+    return ActorSpec(f"chain.indexer.{chain.name}", run, shutdown_timeout=10.0)
+
+
+class ChainIndexer:
+    def __init__(self, service: Service, chain: ChainConfig) -> None:
+        state = service.state(CHAIN)
+        self.service = service
+        self.chain = chain
+        self.pool = state.pools[chain.id]
+        self.owner = state.owner
+        self.lease_seconds = state.settings.lease_seconds
+        self.status = state.indexers[chain.id]
+        self.metrics = state.indexer_metrics
+        self.sizer = LogRangeSizer(cap=chain.max_log_range)
+        self.followed = Followed(chain.factory)
+        self.flow_token: str | None = None
+        self.watched: dict[str, set[str]] = {}
+        self.cursor = Cursor(None, None, {})
+        self.renewed_at = -math.inf
+        self.backoff = BACKOFF_INITIAL
+        self.head_seen: dict[str, tuple[int, float]] = {}
+        self.rng = random.Random()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    await self.lead()
+                except LeaseLost as error:
+                    log.warning("chain %s: %s", self.chain.name, error)
+                except DeepReorg as error:
+                    self.status.state = "stopped"
+                    self.status.stopped_reason = str(error)
+                    log.critical("chain %s: indexer stopped: %s (the indexed data stays as it "
+                                 "was; see docs/chain.md)", self.chain.name, error)
+                    await trio.sleep_forever()
+                except Exception as error:
+                    if not _waitable(error):
+                        raise
+                    self.status.waiting = str(error)
+                    log.warning("chain %s: waiting %.1f s for an outage: %s", self.chain.name,
+                                self.backoff, error)
+                    await trio.sleep(self.backoff)
+                    self.backoff = min(self.backoff * 2, BACKOFF_MAX)
+        finally:
+            with trio.move_on_after(2) as cleanup:
+                cleanup.shield = True
+                await self.service.db.write(store.release_lease, self.chain.id, self.owner)
+
+    async def lead(self) -> None:
+        """Take the lease, then index until something stops it."""
+        self.cursor = await self.acquire()
+        await self.prepare()
+        self.status.state = "indexing"
+        while True:
+            progressed = await self.advance()
+            self.status.waiting = None
+            self.backoff = BACKOFF_INITIAL
+            if not progressed:
+                await self.renew_if_due()
+                await trio.sleep(self.chain.poll_interval_seconds)
+
+    async def acquire(self) -> Cursor:
+        while True:
+            cursor = await self.service.db.write(store.take_lease, self.chain.id, self.owner,
+                                                 self.lease_seconds)
+            if cursor is not None:
+                self.renewed_at = trio.current_time()
+                if self.status.state != "indexing":
+                    log.info("chain %s: this process indexes the chain", self.chain.name)
+                return cursor
+            self.status.state = "standby"
+            await trio.sleep(self.lease_seconds / 3)
+
+    async def renew_if_due(self) -> None:
+        if trio.current_time() - self.renewed_at >= self.lease_seconds / 3:
+            await self.service.db.write(store.hold_lease, self.chain.id, self.owner,
+                                        self.lease_seconds)
+            self.renewed_at = trio.current_time()
+
+    async def prepare(self) -> None:
+        """The transfers watched on this chain, and the contracts followed: the factory, the
+        configured FLOW instance, the dpnm tokens of the registry and those launched."""
+        self.watched = {}
+        for watches in self.service.pm.hook.flowsvc_chain_watches(service=self.service):
+            for watch in watches or []:
+                assert isinstance(watch, TransferWatch)
+                if watch.chain_id == self.chain.id:
+                    address = (self.chain.usdt if watch.token == USDT_ALIAS
+                               else watch.token.lower())
+                    self.watched.setdefault(address, set()).add(watch.recipient.lower())
+        launched = await self.service.db.read(store.launched_instances, self.chain.id,
+                                              self.chain.factory)
+        instances = [self.chain.flow_instance,
+                     *await self.service.db.read(store.registered_instances, self.chain.id),
+                     *(instance for instance, template in map(_launched, launched)
+                       if template in FOLLOWED_TEMPLATES)]
+        for instance in dict.fromkeys(instances):
+            if instance not in self.followed.instances:
+                ecosystem = await self.ecosystem(instance, "latest")
+                if ecosystem is not None:
+                    self.follow(instance, ecosystem)
+
+    def follow(self, instance: str, ecosystem: Ecosystem) -> list[str]:
+        if instance == self.chain.flow_instance:
+            self.flow_token = ecosystem.flow.lower()
+        return self.followed.add(instance, ecosystem.protocol.lower(), ecosystem.tree.lower())
+
+    async def advance(self) -> bool:
+        """One step forward (or back, on a reorg); False when there was nothing to do."""
+        head = await self.node_head()
+        final_head = head - self.chain.finality_depth
+        current = self.cursor.head
+        self.status.head = head
+        self.metrics.head_lag.labels(self.chain.name).set(
+            head - current.number if current is not None else head)
+        next_number = current.number + 1 if current is not None else self.chain.start_block
+        if next_number <= final_head:
+            await self.history(next_number, final_head)
+            return True
+        if current is not None and head < current.number:
+            return await self.check_shorter_chain(head)
+        if next_number <= head:
+            await self.tip(next_number, head)
+            return True
+        return False
+
+    # ---- history: final ranges
+
+    async def history(self, first: int, last: int) -> None:
+        async with self.walk(self.followed.addresses(), [], first, last) as chunks:
+            async for start, end, raw in chunks:
+
+                async def more(addresses: list[str], since: int, end: int = end
+                               ) -> list[RawLog]:
+                    return await self.logs_in(addresses, [], since, end)
+
+                logs, grew = await self.discover([RawLog.of(item) for item in raw], more,
+                                                 hex(end))
+                header = await self.header(end)
+                work = await self.final_work(start, end)
+                await self.commit(Step(logs, [header], header, end,
+                                       partial(run_final, self.service, self.chain, work)))
+                self.cursor = Cursor(header, end, {end: header})
+                if grew:
+                    return  # the next ranges follow the new contracts too
+
+    # ---- tip: block by block
+
+    async def tip(self, number: int, head: int) -> None:
+        header = await self.header(number)
+        previous = self.cursor.head
+        if previous is not None and header.parent_hash != previous.hash:
+            await self.reorg(previous.number)
+            return
+
+        async def by_hash(addresses: list[str], _since: int) -> list[RawLog]:
+            return await self.logs_of_block(header, addresses)
+
+        logs, _ = await self.discover(await self.logs_of_block(header, self.followed.addresses()),
+                                      by_hash, hex(number))
+        old_final = self.cursor.final_number
+        final_number = min(number, head - self.chain.finality_depth)
+        if old_final is not None:
+            final_number = max(final_number, old_final)
+        first_final = old_final + 1 if old_final is not None else self.chain.start_block
+        on_final = None
+        if first_final <= final_number:
+            work = await self.final_work(first_final, final_number)
+            on_final = partial(run_final, self.service, self.chain, work)
+        await self.commit(Step(logs, [header], header, final_number, on_final))
+        recent = {n: block for n, block in self.cursor.recent.items() if n >= final_number}
+        recent[number] = header
+        self.cursor = Cursor(header, final_number, recent)
+
+    async def check_shorter_chain(self, head: int) -> bool:
+        """The node's head is below the indexed one: a reorg to a shorter branch if its block
+        at that height differs from ours, else a node behind (wait for it)."""
+        stored = self.cursor.recent.get(head)
+        if stored is not None and (await self.header(head)).hash != stored.hash:
+            await self.reorg(head)
+            return True
+        return False
+
+    async def reorg(self, number: int) -> None:
+        """Walk back from ``number`` to the newest block the node and the index share, and
+        roll back everything after it.
+
+        :raises DeepReorg: the walk reaches the final block and it differs too.
+        """
+        final = self.cursor.final_number
+        while True:
+            stored = self.cursor.recent.get(number)
+            if stored is None:
+                raise DeepReorg(f"block {number} differs from the indexed one and is not kept "
+                                f"(final block {final})")
+            node = await self.header(number)
+            if node.hash == stored.hash:
+                break
+            if final is not None and number <= final:
+                raise DeepReorg(f"final block {number} changed from {stored.hash} to "
+                                f"{node.hash}: a reorg deeper than finality_depth "
+                                f"{self.chain.finality_depth}")
+            number -= 1
+        assert self.cursor.head is not None
+        depth = self.cursor.head.number - stored.number
+        await self.service.db.write(store.roll_back, self.chain.id, self.owner,
+                                    self.lease_seconds, self.followed, stored)
+        self.renewed_at = trio.current_time()
+        self.metrics.reorgs.labels(self.chain.name).inc()
+        self.metrics.reorg_depth.labels(self.chain.name).observe(depth)
+        log.warning("chain %s: reorg: %d block(s) after %d (%s) rolled back", self.chain.name,
+                    depth, stored.number, stored.hash)
+        self.cursor = Cursor(stored, final, {n: block for n, block in self.cursor.recent.items()
+                                             if n <= stored.number})
+
+    # ---- contracts launched on the way
+
+    async def discover(self, logs: list[RawLog],
+                       more: Callable[[list[str], int], Awaitable[list[RawLog]]],
+                       block: str) -> tuple[list[RawLog], bool]:
+        """Follow the dpnm instances launched in ``logs`` and add their contracts' logs
+        (``more(addresses, since_block)``); return every log in order and whether any new
+        contract is followed."""
+        found, pending, grew = list(logs), logs, False
+        while pending:
+            new: list[str] = []
+            since = math.inf
+            for raw in pending:
+                if raw.address != self.chain.factory:
+                    continue
+                instance, template = _launched(raw)
+                if template not in FOLLOWED_TEMPLATES or instance in self.followed.instances:
+                    continue
+                ecosystem = await self.ecosystem(instance, block)
+                if ecosystem is None:
+                    log.warning("chain %s: launched instance %s has no ecosystem(): not "
+                                "followed", self.chain.name, instance)
+                    continue
+                new.extend(self.follow(instance, ecosystem))
+                since = min(since, raw.block_number)
+            pending = await more(new, int(since)) if new else []
+            found.extend(pending)
+            grew = grew or bool(new)
+        return unique_in_order(found), grew
+
+    async def ecosystem(self, instance: str, block: str) -> Ecosystem | None:
+        data = await self.pool.call("eth_call", [{"to": instance,
+                                                  "data": "0x" + ECOSYSTEM.encode().hex()}, block],
+                                    deadline=self._deadline())
+        try:
+            return ECOSYSTEM.decode(bytes.fromhex(str(data).removeprefix("0x")))
+        except (AbiDecodeError, ValueError):
+            return None  # no contract there (yet), or not a dpnm instance
+
+    # ---- final blocks
+
+    async def final_work(self, first: int, last: int) -> FinalWork:
+        """Read what final blocks ``first..last`` need besides the followed logs: the watched
+        transfers (with their blocks' times) and the FLOW balances of alerted users whose
+        FLOW moved, at ``last``."""
+        transfers: list[FinalTransfer] = []
+        for token, recipients in sorted(self.watched.items()):
+            topics: Topics = [TRANSFER_TOPIC, None,
+                              [_topic(address) for address in sorted(recipients)]]
+            found = await self.logs_in([token], topics, first, last)
+            times = await self.block_times(sorted({raw.block_number for raw in found}))
+            transfers.extend(_transfer(self.chain.id, raw, times[raw.block_number])
+                             for raw in found)
+        balances: dict[str, int] = {}
+        if self.flow_token is not None:
+            moved = {"0x" + topic[-40:] for raw in await self.logs_in(
+                [self.flow_token], [TRANSFER_TOPIC], first, last) for topic in raw.topics[1:3]}
+            alerted = await self.service.db.read(alerts.alerted_addresses,
+                                                 sorted(moved - {ZERO_ADDRESS}))
+            balances = await self.balances(self.flow_token, alerted, last)
+        return FinalWork(first, last, transfers, balances)
+
+    async def balances(self, token: str, addresses: Sequence[str], block: int) -> dict[str, int]:
+        answers = await self.pool.batch(
+            [("eth_call", [{"to": token, "data": "0x" + BALANCE_OF.encode(address).hex()},
+                           hex(block)]) for address in addresses], deadline=self._deadline())
+        return {address: BALANCE_OF.decode(bytes.fromhex(str(answer.unwrap())[2:]))
+                for address, answer in zip(addresses, answers, strict=True)}
+
+    async def block_times(self, numbers: Sequence[int]) -> dict[int, int]:
+        answers = await self.pool.batch([("eth_getBlockByNumber", [hex(number), False])
+                                         for number in numbers], deadline=self._deadline())
+        return {number: int(answer.unwrap()["timestamp"], 16)
+                for number, answer in zip(numbers, answers, strict=True)}
+
+    # ---- requests
+
+    async def node_head(self) -> int:
+        """The head of the healthiest URL that is not behind the final block; the stall
+        watchdog looks at it."""
+        answered: list[RpcEndpoint] = []
+
+        async def attempt(endpoint: RpcEndpoint, until: float) -> int:
+            number = await endpoint.head(min_final=self.cursor.final_number, deadline=until)
+            answered.append(endpoint)
+            return number
+
+        head = await self.pool.run(attempt, deadline=self._deadline())
+        self.watch_stall(answered[-1], head)
+        return head
+
+    def watch_stall(self, endpoint: RpcEndpoint, head: int) -> None:
+        now = trio.current_time()
+        seen = self.head_seen.get(endpoint.label)
+        if seen is None or head > seen[0]:
+            self.head_seen[endpoint.label] = (head, now)
+            return
+        if now - seen[1] < self.chain.stall_timeout_seconds:
+            return
+        self.head_seen[endpoint.label] = (head, now)  # one count per stalled period
+        self.metrics.stalls.labels(self.chain.name).inc()
+        others = [other for other in self.pool.endpoints
+                  if other is not endpoint and other.health.available(now)]
+        if others:
+            endpoint.health.failed(now, CooldownPolicy(), self.rng,
+                                    retry_after=self.chain.stall_timeout_seconds)
+            log.warning("chain %s: no new head from %s for %.0f s: failing over", self.chain.name,
+                        endpoint.label, self.chain.stall_timeout_seconds)
+        else:
+            log.warning("chain %s: no new head from %s for %.0f s, and no other URL",
+                        self.chain.name, endpoint.label, self.chain.stall_timeout_seconds)
+
+    async def header(self, number: int) -> BlockRef:
+        def checked(result: Any) -> BlockRef:
+            if not isinstance(result, dict):
+                raise RpcTransientError(f"block {number} is unknown to this node",
+                                        outcome="missing_block")
+            return BlockRef(int(result["number"], 16), str(result["hash"]).lower(),
+                            str(result["parentHash"]).lower(), int(result["timestamp"], 16))
+
+        return await self.pool.run(lambda endpoint, until: endpoint.call_checked(
+            "eth_getBlockByNumber", [hex(number), False], checked, deadline=until),
+            deadline=self._deadline())
+
+    async def logs_of_block(self, header: BlockRef, addresses: list[str]) -> list[RawLog]:
+        def checked(result: Any) -> list[RawLog]:
+            if not isinstance(result, list):
+                raise RpcTransientError("eth_getLogs answered with something else than a list",
+                                        outcome="bad_response")
+            found = [RawLog.of(item) for item in result]
+            if any(raw.block_hash != header.hash for raw in found):
+                raise RpcTransientError("eth_getLogs by block hash answered logs of another "
+                                        "block", outcome="bad_response")
+            return found
+
+        query = {"blockHash": header.hash, "address": addresses}
+        return await self.pool.run(lambda endpoint, until: endpoint.call_checked(
+            "eth_getLogs", [query], checked, deadline=until), deadline=self._deadline())
+
+    async def logs_in(self, addresses: list[str], topics: Topics, first: int,
+                      last: int) -> list[RawLog]:
+        async with self.walk(addresses, topics, first, last) as chunks:
+            return [RawLog.of(item) async for _start, _end, chunk in chunks for item in chunk]
+
+    def walk(self, addresses: list[str], topics: Topics, first: int,
+             last: int) -> aclosing[AsyncGenerator[LogChunk, None]]:
+        """``fetch_logs`` closed on leaving (it is an async generator, typed as an iterator:
+        one left early or by an error must not be left to the garbage collector)."""
+        return aclosing(cast(AsyncGenerator[LogChunk, None], fetch_logs(
+            self.pool, addresses, topics, first, last, self.sizer,
+            chunk_timeout=self._timeout())))
+
+    async def commit(self, step: Step) -> None:
+        await self.service.db.write(store.commit_step, self.chain.id, self.owner,
+                                    self.lease_seconds, self.followed, step)
+        self.renewed_at = trio.current_time()
+        self.metrics.logs.labels(self.chain.name).inc(len(step.logs))
+        self.metrics.indexed_block.labels(self.chain.name).set(step.head.number)
+        self.status.indexed = step.head.number
+        self.status.final = step.final_number
+
+    def _timeout(self) -> float:
+        """What one request may take, failover included: each URL gets its own timeout."""
+        return self.chain.rpc_timeout_seconds * len(self.pool.endpoints)
+
+    def _deadline(self) -> float:
+        return trio.current_time() + self._timeout()
+
+
+def _waitable(error: BaseException) -> bool:
+    """An outage to wait out: the database or every RPC URL down, a range refused again and
+    again. A deterministic RPC error means our request is wrong: a bug."""
+    return is_outage(error) or (isinstance(error, RpcError)
+                                and not isinstance(error, RpcDeterministicError))
+
+
+def _launched(raw: RawLog) -> tuple[str, str | None]:
+    """(instance, template) of a factory ``Launched`` log."""
+    event = raw.decoded()
+    if event is None or event.interface != "LaunchpadFactory":
+        return "", None
+    return event.args["instance"].lower(), TEMPLATES.get(bytes(event.args["id"]))
+
+
+def _topic(address: str) -> str:
+    return "0x" + "00" * 12 + address.lower().removeprefix("0x")
+
+
+def _transfer(chain_id: int, raw: RawLog, time: int) -> FinalTransfer:
+    return FinalTransfer(
+        chain_id=chain_id, token=raw.address, sender="0x" + raw.topics[1][-40:],
+        recipient="0x" + raw.topics[2][-40:], amount=int(raw.data, 16), tx_hash=raw.tx_hash,
+        log_index=raw.log_index, block_number=raw.block_number, block_hash=raw.block_hash,
+        block_time=datetime.fromtimestamp(time, UTC))
