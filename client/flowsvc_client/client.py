@@ -386,11 +386,13 @@ class Client:
                                           params=_without_none(chainId=chain_id))
         return answer
 
-    def tree(self, depth: int = 3) -> JsonObject:
+    def tree(self, depth: int = 3, chain_id: int | None = None) -> JsonObject:
         """The caller's tree position, ``depth`` levels down (at most 10)."""
-        answer: JsonObject = self.request("GET", "/me/tree", params={"depth": depth})
+        answer: JsonObject = self.request("GET", "/me/tree", params=_without_none(
+            depth=depth, chainId=chain_id))
         return answer
 
     def token_onchain(self, slug: str) -> JsonObject:
+        """A registered token's on-chain state (public)."""
         answer: JsonObject = self.request("GET", f"/tokens/{slug}/onchain")
         return answer

@@ -15,6 +15,7 @@ from eth_account import Account
 from flowsvc_client import (
     BadRequest,
     Client,
+    Conflict,
     Forbidden,
     NotFound,
     RateLimited,
@@ -100,6 +101,16 @@ def _scenario(running: Running, private_key: str, access_code: str) -> None:
             coded.create_project(token_slug="moon", title="Moon", brief=BRIEF,
                                  agent_template=TEMPLATE)
         assert no_wallet.value.code == "token_no_match"
+        # The on-chain reads answer through the same typed errors (no chain configured here;
+        # tests/plugins/chain reads real ones on anvil).
+        with pytest.raises(Conflict) as no_address:
+            coded.flow_onchain()
+        assert no_address.value.code == "address_required"
+        with pytest.raises(NotFound):
+            coded.token_onchain("sun")
+        with pytest.raises(BadRequest) as bad_depth:
+            coded.tree(depth=11)
+        assert bad_depth.value.details[0]["field"] == "depth"
 
     # Retry-After: a key capped at 1 request per minute; the client waits as told, then
     # raises the typed error once its retries are spent.
