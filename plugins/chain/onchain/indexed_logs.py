@@ -3,9 +3,9 @@ subtree counted by level from ``UserPlaced``, and the launcher of a bonding-curv
 the factory's ``Launched``. Sync functions on an open connection (``service.db.read``).
 
 Both follow the indexed chain, reorgs included (the indexer deletes the logs of dropped
-blocks). ``subtree_by_level`` reads every placement of the instance: a per-ancestor counter
-kept by the indexer would make it constant-time, and is the next step past a few hundred
-thousand users.
+blocks). ``tree_children`` reads every placement of an instance, so its callers keep the map
+per indexed block (``reads.ChainReads.children``); a per-ancestor counter kept by the indexer
+would make even that unnecessary.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from sqlalchemy import Connection, select
 
 from plugins.chain.abi import AbiDecodeError, hex_bytes
 from plugins.chain.contracts import LAUNCHPAD_FACTORY
-from plugins.chain.onchain.reads import LEVELS
+from plugins.chain.indexed import LEVELS
 from plugins.chain.tables import logs
 
+Children = dict[str, list[str]]
 
-def subtree_by_level(connection: Connection, chain_id: int, instance: str,
-                     address: str) -> list[int]:
-    """How many users sit 1, 2, ... 10 levels below ``address`` in the tree of the dpnm
-    token at ``instance``, from the indexed ``UserPlaced`` logs (ten counts)."""
+
+def tree_children(connection: Connection, chain_id: int, instance: str) -> Children:
+    """Every placement in the tree of the dpnm token at ``instance``, from the indexed
+    ``UserPlaced`` logs: each parent's children (lowercase addresses)."""
     children: defaultdict[str, list[str]] = defaultdict(list)
     for (raw_topics,) in connection.execute(
             select(logs.c.topics).where(logs.c.chain_id == chain_id,
@@ -34,6 +35,11 @@ def subtree_by_level(connection: Connection, chain_id: int, instance: str,
                                         logs.c.event == "UserPlaced")):
         topics = json.loads(raw_topics)
         children["0x" + topics[3][-40:]].append("0x" + topics[1][-40:])
+    return dict(children)
+
+
+def subtree_by_level(children: Children, address: str) -> list[int]:
+    """How many users sit 1, 2, ... 10 levels below ``address`` (ten counts)."""
     counts = [0] * LEVELS
     frontier = [address.lower()]
     for level in range(LEVELS):

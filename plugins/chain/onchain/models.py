@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from plugins.chain.onchain.reads import LEVELS
+from plugins.chain.indexed import LEVELS
 
 Amount = str
 Address = str

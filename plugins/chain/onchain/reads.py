@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
+from sqlalchemy import Connection
 
+from plugins.chain.indexed import LEVELS, indexed_head
+from plugins.chain.onchain.indexed_logs import Children, tree_children
 from plugins.chain.onchain.multicall import MAX_CALLS_PER_AGGREGATE, Answers, Batch, send_all
 from plugins.chain.rpc import RpcPool
 from plugins.chain.views import (
@@ -39,7 +43,6 @@ from plugins.chain.views import (
 )
 
 ZERO_ADDRESS = "0x" + "00" * 20
-LEVELS = 10  # subtreeByLevel and lifetimeEarnedByLevel have one entry per level
 SLOTS = 3  # direct slots of a tree node
 DAY = 86_400
 CACHE_SECONDS = 1.0
@@ -144,6 +147,33 @@ class BondingState:
     grad_threshold: int
 
 
+def flow_position_batch(multicall: str, usdt: str, parts: Ecosystem, address: str
+                        ) -> tuple[Batch, Callable[[Answers], FlowPosition]]:
+    """The one ``aggregate3`` batch of ``address``'s FLOW position in the dpnm instance made
+    of ``parts``, and how to read a ``FlowPosition`` out of its answers."""
+    batch = Batch(multicall)
+    flow = batch.add(BALANCE_OF, parts.flow, address)
+    usdt_balance = batch.add(BALANCE_OF, usdt, address)
+    gwt = batch.add(BALANCE_OF, parts.gwt, address)
+    price = batch.add(PRICE_FLOW, parts.protocol)
+    daily = batch.add(DAILY_LIMIT_MAX, parts.protocol)
+    state = batch.add(USER_STATE, parts.protocol, address)
+    parent = batch.add(GET_PARENT, parts.tree, address)
+    children = [batch.add(GET_CHILD, parts.tree, address, slot) for slot in range(SLOTS)]
+    size = batch.add(GET_SUBTREE_SIZE, parts.tree, address)
+
+    def position_of(answers: Answers) -> FlowPosition:
+        return FlowPosition(
+            block=answers.block, timestamp=answers.timestamp, flow_balance=flow.of(answers),
+            usdt_balance=usdt_balance.of(answers), gwt_balance=gwt.of(answers),
+            price=price.of(answers), daily_limit_max=daily.of(answers),
+            state=state.of(answers), upline=_address_or_none(parent.of(answers)),
+            direct_slots=[_address_or_none(child.of(answers)) for child in children],
+            subtree_size=size.of(answers))
+
+    return batch, position_of
+
+
 @dataclass
 class _Cached:
     position: FlowPosition
@@ -164,6 +194,20 @@ class ChainReads:
     positions: OrderedDict[tuple[int, str], _Cached] = field(default_factory=OrderedDict)
     heads: dict[int, int] = field(default_factory=dict)
     pairs: dict[tuple[int, str], str] = field(default_factory=dict)
+    trees: dict[tuple[int, str], tuple[str, Children]] = field(default_factory=dict)
+
+    def children(self, connection: Connection, chain_id: int, instance: str) -> Children:
+        """The indexed tree of ``instance`` (see ``indexed_logs.tree_children``), rebuilt
+        only when the indexer has moved to another block. Runs in the database thread."""
+        head = indexed_head(connection, chain_id)
+        if head is None:
+            return {}
+        key = (chain_id, instance.lower())
+        kept = self.trees.get(key)
+        if kept is None or kept[0] != head.hash:
+            kept = (head.hash, tree_children(connection, chain_id, instance))
+            self.trees[key] = kept
+        return kept[1]
 
     async def ecosystem(self, chain: Chain, instance: str) -> Ecosystem:
         """The parts of dpnm ``instance`` (read once, then kept: they are immutable).
@@ -191,24 +235,9 @@ class ChainReads:
                 and cached.position.block >= self.known_head(chain)):
             return cached.position
         parts = await self.ecosystem(chain, chain.flow_instance)
-        batch = Batch(chain.multicall)
-        flow = batch.add(BALANCE_OF, parts.flow, address)
-        usdt = batch.add(BALANCE_OF, chain.usdt, address)
-        gwt = batch.add(BALANCE_OF, parts.gwt, address)
-        price = batch.add(PRICE_FLOW, parts.protocol)
-        daily = batch.add(DAILY_LIMIT_MAX, parts.protocol)
-        state = batch.add(USER_STATE, parts.protocol, address)
-        parent = batch.add(GET_PARENT, parts.tree, address)
-        children = [batch.add(GET_CHILD, parts.tree, address, slot) for slot in range(SLOTS)]
-        size = batch.add(GET_SUBTREE_SIZE, parts.tree, address)
-        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
-        position = FlowPosition(
-            block=answers.block, timestamp=answers.timestamp, flow_balance=flow.of(answers),
-            usdt_balance=usdt.of(answers), gwt_balance=gwt.of(answers),
-            price=price.of(answers), daily_limit_max=daily.of(answers),
-            state=state.of(answers), upline=_address_or_none(parent.of(answers)),
-            direct_slots=[_address_or_none(child.of(answers)) for child in children],
-            subtree_size=size.of(answers))
+        batch, position_of = flow_position_batch(chain.multicall, chain.usdt, parts, address)
+        position = position_of(await batch.send(chain.pool, block=None,
+                                                deadline=chain.deadline))
         self._remember(chain, key, position)
         return position
 

@@ -142,12 +142,13 @@ async def _read_one(chain: Chain, read: Callable[[Chain], Awaitable[T]]) -> T:
 # ---- GET /me/flow-onchain
 
 
-def _indexed_for(connection: Connection, chains: Sequence[Chain], address: str
-                 ) -> dict[int, tuple[list[int], list[int]]]:
+def _indexed_for(connection: Connection, reads: ChainReads, chains: Sequence[Chain],
+                 address: str) -> dict[int, tuple[list[int], list[int]]]:
     """Per chain: (earned by level, subtree by level) from the indexer."""
-    return {chain.id: (earned_by_level(connection, chain.id, chain.flow_instance, address),
-                       subtree_by_level(connection, chain.id, chain.flow_instance, address))
-            for chain in chains}
+    return {chain.id: (
+        earned_by_level(connection, chain.id, chain.flow_instance, address),
+        subtree_by_level(reads.children(connection, chain.id, chain.flow_instance), address))
+        for chain in chains}
 
 
 def _flow_entry(chain: Chain, position: FlowPosition, earned: list[int],
@@ -192,7 +193,7 @@ async def flow_onchain(query_args: ChainQuery) -> Response:
                                   f"{query_args.chainId}")
     listed = [chain for chain in chains if chain.id in positions
               and (query_args.chainId is not None or positions[chain.id].has_activity)]
-    indexed = await service.db.read(_indexed_for, listed, address)
+    indexed = await service.db.read(_indexed_for, reads, listed, address)
     return json_response({
         "address": address,
         "chains": [_flow_entry(chain, positions[chain.id], *indexed[chain.id])
