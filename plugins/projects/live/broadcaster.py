@@ -11,6 +11,7 @@ connections (``live.cutoff``). It stops when nobody has read or written for
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,16 +94,24 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
             now = trio.current_time()
             next_beat = now + min(heartbeat_seconds, idle_seconds / 2)
             next_sweep = now + SWEEP_SECONDS
+            # The shortest heartbeat of readers subscribed since the last beat: they may not
+            # have joined the ring yet when the next interval is chosen.
+            newcomers = math.inf
             while True:
                 with trio.move_on_at(min(next_beat, next_sweep)):
                     try:
                         envelope = await mailbox.receive()
                     except (trio.EndOfChannel, trio.ClosedResourceError):
                         return
+                    message = envelope.message
                     try:
-                        envelope.reply(await handle(envelope.message))
+                        envelope.reply(await handle(message))
                     except Exception as exc:  # the caller owns the failure
                         envelope.fail(exc)
+                    if isinstance(message, Subscribe):
+                        newcomers = min(newcomers, message.heartbeat_seconds)
+                        next_beat = min(next_beat,
+                                        trio.current_time() + message.heartbeat_seconds)
                     continue
                 now = trio.current_time()
                 if now >= next_sweep:
@@ -113,7 +122,8 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
                     if ring.readers == 0 and now - ring.touched >= idle_seconds:
                         return
                     next_beat = now + min(ring.heartbeat_seconds(heartbeat_seconds),
-                                          idle_seconds / 2)
+                                          newcomers, idle_seconds / 2)
+                    newcomers = math.inf
         finally:
             ring.close()
 
