@@ -321,6 +321,8 @@ async def flowsvc_bench_server(gc_tuned: bool) -> AsyncIterator[RunningServer]:
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
         "FLOWSVC_LIMITS_INTERNAL_RPM": "0", "FLOWSVC_PLUGINS_PROJECTS_MAX_TURNS": "100000",
         "FLOWSVC_PLUGINS_PROJECTS_SUBSCRIBER_MAX_LAG": "1000",
+        # Every subscriber connects from this one address.
+        "FLOWSVC_PLUGINS_PROJECTS_STREAMS_PER_CLIENT": "100000",
     }
     with ExitStack() as stack:
         server = await trio.to_thread.run_sync(stack.enter_context, flowsvc_server(env))
