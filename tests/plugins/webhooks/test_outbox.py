@@ -27,7 +27,7 @@ from plugins.webhooks.subscriptions import (
     delete_subscription,
     list_subscriptions,
 )
-from plugins.webhooks.tables import deliveries, events
+from plugins.webhooks.tables import attempts, deliveries, events
 from runtime.bootstrap import open_service
 from runtime.events import OutboundEvent
 from runtime.service import Service
@@ -129,15 +129,21 @@ async def test_claims_honour_room_per_host_caps_and_other_owners_leases(
     assert await claim(service, "five", room=50) == []
 
 
+async def lease_runs_out(service: Service, job: Job) -> None:
+    """Move ``job``'s lease end into the past, as time passing would (no wall-clock race)."""
+    await service.db.write(lambda c: c.execute(update(deliveries).where(
+        deliveries.c.id == job.delivery_id).values(claimed_until=utcnow() - timedelta(seconds=1))))
+
+
 async def test_a_lease_that_runs_out_comes_back_and_a_released_one_at_once(
         service: Service) -> None:
     user = await new_user(service, ("https://a.example/1", []))
     await emit(service, user, 2)
 
-    short = await claim(service, "crashed", room=1, lease=0.05)
+    short = await claim(service, "crashed", room=1)
     kept = await claim(service, "stopping", room=1)
     assert await claim(service, "other", room=5) == []
-    await trio.sleep(0.1)
+    await lease_runs_out(service, short[0])
     taken_over = await claim(service, "other", room=5)
     released = await service.db.write(release_claims, "stopping")
     again = await claim(service, "other", room=5)
@@ -148,6 +154,31 @@ async def test_a_lease_that_runs_out_comes_back_and_a_released_one_at_once(
     assert released == 1 and [job.delivery_id for job in again] == [kept[0].delivery_id]
     assert stale == ["stale"]  # the crashed owner's late outcome changes nothing
     assert (await delivery_row(service, short[0])).claim_owner == "other"
+
+
+async def test_every_claimed_attempt_is_in_the_history_until_settled_and_after(
+        service: Service) -> None:
+    """An attempt is recorded when it is claimed, so one whose process dies after sending is
+    still in the history (``unknown``); a late answer from a lost lease is recorded but moves
+    nothing; an owner never takes its own expired lease back (it still holds the attempt)."""
+    user = await new_user(service, ("https://a.example/1", []))
+    await emit(service, user)
+    [first] = await claim(service, "died", room=1)
+    await lease_runs_out(service, first)
+    assert await claim(service, "died", room=1) == []
+    [second] = await claim(service, "other", room=1)
+    results = [await service.db.write(lambda c, job=job, owner=owner, error=error: settle(
+        c, [outcome(job, error)], owner=owner, max_retries=3, retry_delay=lambda n: 0.0))
+        for job, owner, error in ((second, "other", "HTTP 503"), (first, "died", None))]
+    [third] = await claim(service, "other", room=1)
+    in_flight = await service.db.read(lambda c: c.execute(
+        select(attempts.c.number, attempts.c.outcome, attempts.c.status_code)
+        .where(attempts.c.delivery_id == first.delivery_id).order_by(attempts.c.number)).all())
+
+    assert (first.number, second.number, third.number) == (1, 2, 3)
+    assert results == [["retry"], ["stale"]]
+    assert [tuple(row) for row in in_flight] == \
+        [(1, "unknown", 200), (2, "retry", None), (3, "unknown", None)]
 
 
 async def test_settling_retries_with_the_next_backoff_index_then_fails_and_records_last_error(
