@@ -1,0 +1,128 @@
+"""Fuzzing in the suite: schemathesis against a real server over its own ``/openapi.json``.
+
+One ``flowsvc serve`` with every built-in plugin, on PostgreSQL when the run has it (NUL
+characters and 64-bit overflows only fail there), with a chain on anvil so the on-chain
+routes answer from real contracts. Three schemathesis runs at once, each bounded by
+``--max-time``: anonymous, with a session (cookie and bearer) and with an API key (header
+and bearer). A run fails on any 5xx and on any answer the document does not declare
+(status, media type, headers, body schema), a 405 without ``Allow`` included.
+
+Left out: ``positive_data_acceptance`` (a body the schema allows may still be refused for
+what a schema cannot say: a signature that does not verify, a cursor this listing never
+issued, text made of control characters), and the SSE streams (an open stream never ends,
+so it cannot be judged as one answer; tests/plugins/projects covers them).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import trio
+
+from tests.support.backends import POSTGRES_URL, postgres_schema, redis_prefix
+from tests.support.chain.anvil import DEFAULT_CHAIN_ID, running_anvil
+from tests.support.chain.contracts import open_chain
+from tests.support.chain.deploy import Deployment, deploy_stack
+from tests.support.chain.service import chain_entry, chains_env
+from tests.support.processes import server_process
+from tests.support.server import free_port, settings_env
+from tests.support.wallet import new_wallet, sign
+
+PLUGINS = ["auth", "keys", "projects", "webhooks", "marketplace", "billing", "chain"]
+SECONDS_PER_RUN = 40  # the three run at once: about 45 s of the suite's time
+SCHEMATHESIS = Path(sys.executable).parent / "st"
+
+
+async def _deploy(url: str) -> Deployment:
+    async with open_chain(url) as chain:
+        return await deploy_stack(chain)
+
+
+@contextmanager
+def _database(tmp_path: Path) -> Iterator[str]:
+    if POSTGRES_URL:
+        with postgres_schema() as url:
+            yield url
+    else:
+        yield f"sqlite:///{tmp_path / 'flowsvc.db'}"
+
+
+def _credentials(base_url: str) -> tuple[str, str]:
+    """A session token (a wallet signs in) and an API key of that user, unlimited."""
+    wallet = new_wallet()
+    address = wallet.address.lower()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        message = http.post("/auth/nonce", json={"address": address}).json()["message"]
+        signed = http.post("/auth/verify", json={"address": address, "message": message,
+                                                 "signature": sign(wallet, message)})
+        assert signed.status_code == 200, signed.text
+        session = http.cookies["svc_session"]
+        created = http.post("/me/api-keys", json={"name": "fuzz", "rate_limit_rpm": 0})
+        assert created.status_code == 201, created.text
+    return session, created.json()["key"]["raw_key"]
+
+
+def _config(path: Path, schemes: dict[str, dict[str, str]]) -> Path:
+    """A schemathesis.toml giving the credentials of each named security scheme."""
+    lines = []
+    for scheme, values in schemes.items():
+        lines.append(f"[auth.openapi.{scheme}]")
+        lines.extend(f"{name} = {json.dumps(value)}" for name, value in values.items())
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _start_run(base_url: str, config: Path, workdir: Path, *excluded: str
+               ) -> subprocess.Popen[str]:
+    """One schemathesis run; ``excluded``: operation ids it must not call."""
+    workdir.mkdir()
+    argv = [str(SCHEMATHESIS), "--config-file", str(config), "run", f"{base_url}/openapi.json",
+            "--max-time", str(SECONDS_PER_RUN), "--seed", "20261123", "--no-color",
+            "--request-timeout", "10", "--exclude-checks", "positive_data_acceptance",
+            "--exclude-path-regex", "/stream$"]
+    for operation_id in excluded:
+        argv += ["--exclude-operation-id", operation_id]
+    return subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_fuzzing_the_document_finds_no_5xx_and_no_undeclared_answer(tmp_path: Path) -> None:
+    with running_anvil(DEFAULT_CHAIN_ID) as anvil, _database(tmp_path) as database_url:
+        deployment = trio.run(_deploy, anvil.url)
+        chain = chain_entry(deployment.platform, [anvil.url],
+                            instance=deployment.dpnm.instance)
+        env = settings_env(tmp_path / "var", database_url=database_url,
+                           redis_prefix=redis_prefix(), plugins=PLUGINS,
+                           extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
+                                  "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
+                                  "FLOWSVC_LIMITS_INTERNAL_RPM": "0", **chains_env([chain])})
+        port = free_port()
+        with server_process(env, port):
+            base_url = f"http://127.0.0.1:{port}"
+            session, _ = _credentials(base_url)  # one user per run: neither revokes the
+            _, key = _credentials(base_url)      # credentials of the other
+            # A run must not revoke its own credentials (logout, deleting the key): the
+            # rest of it would test nothing but 401s. The anonymous run calls both.
+            configs = {
+                "anonymous": ({}, ()),
+                "session": ({"sessionCookie": {"api_key": session},
+                             "bearer": {"bearer": session}}, ("post_logout",)),
+                "api key": ({"apiKey": {"api_key": key}, "bearer": {"bearer": key}},
+                            ("delete_delete",)),
+            }
+            runs = {name: _start_run(base_url, _config(tmp_path / f"{name}.toml", schemes),
+                                     tmp_path / name.replace(" ", "-"), *excluded)
+                    for name, (schemes, excluded) in configs.items()}
+            outputs = {name: run.communicate(timeout=SECONDS_PER_RUN * 4)[0]
+                       for name, run in runs.items()}
+    failed = {name: outputs[name] for name, run in runs.items() if run.returncode != 0}
+    assert not failed, "\n\n".join(f"--- {name} ---\n{output[-6000:]}"
+                                   for name, output in failed.items())
+    for output in outputs.values():  # each run did test the operations
+        assert " passed" in output and "API Operations:" in output, output[-3000:]
