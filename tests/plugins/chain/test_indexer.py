@@ -6,6 +6,7 @@ of a signed-in user emits ``payout.sent`` once; FLOW balance alerts."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -14,12 +15,13 @@ from sqlalchemy import select
 
 from plugins.chain.indexed import earned_by_level, token_counters
 from plugins.chain.tables import tokens
+from tests.support.billing import billing_stack, subscription, until_subscription
 from tests.support.chain.actions import buy, claim_gwt, extend_tree, join, mine, sell
 from tests.support.chain.anvil import Anvil, running_anvil
 from tests.support.chain.contracts import Chain, open_chain
 from tests.support.chain.deploy import Deployment, deploy_stack, launch_dpnm
 from tests.support.chain.indexing import expected_of, head_number, indexing, until_final
-from tests.support.chain.service import chain_entry
+from tests.support.chain.service import chain_entry, chains_env
 from tests.support.projects import eventually
 from tests.support.server import client
 from tests.support.wallet import sign_in
@@ -173,3 +175,35 @@ async def _true(value: bool) -> bool:
 def _six_decimals(wei: int) -> str:
     micro = wei // 10**12
     return f"{micro // 10**6}.{micro % 10**6:06d}"
+
+
+async def test_a_usdt_payment_end_to_end(tmp_path: Path, anvil: Anvil, deployment: Deployment,
+                                         chain: Chain) -> None:
+    """Billing's ``usdt_bep20`` checkout, paid by a USDT transfer on anvil: the subscription
+    is active once the transfer is final, and not before."""
+    platform = deployment.platform
+    treasury = "0x" + "7e" * 20
+    extra = {"FLOWSVC_PLUGINS_BILLING_USDT_TOKEN": platform.usdt.lower(),
+             "FLOWSVC_PLUGINS_BILLING_USDT_TREASURY": treasury,
+             "FLOWSVC_PLUGINS_BILLING_USDT_CHAIN_ID": str(platform.chain_id),
+             **chains_env([chain_entry(platform, [anvil.url], finality_depth=3,
+                                       instance=deployment.dpnm.instance)])}
+    async with billing_stack(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                             extra=extra) as stack, client(stack.running) as http:
+        wallet = await chain.new_account()
+        await sign_in(http, wallet)
+        started = await http.post("/subscriptions/checkout",
+                                  json={"tier": "plus", "provider": "usdt_bep20"})
+        assert started.status_code == 201, started.text
+        amount = int(Decimal(started.json()["payment"]["amount"]) * UNIT)
+        usdt = chain.contract("Token", platform.usdt)
+        await usdt.transact(wallet, "mint", wallet.address, amount)
+        await usdt.transact(wallet, "transfer", treasury, amount)
+        await mine(chain.rpc, 2)  # not final yet at a depth of 3
+        await trio.sleep(0.5)
+        assert (await subscription(http))["status"] != "active"
+        await mine(chain.rpc, 1)
+        active = await until_subscription(http, status="active", tier="plus")
+        assert active["provider"] == "usdt_bep20"
+        [received] = stack.named("payment.received")
+        assert received["outcome"] == "granted"
