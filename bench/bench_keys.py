@@ -37,6 +37,7 @@ from bench.harness import (
     RunningServer,
     WrkMissingError,
     free_port,
+    goal_row,
     hello_server,
     measure_pair,
     measure_servers,
@@ -183,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ratios": {name: result.ratios() for name, result in measured.items()},
         "accuracy": accuracy,
         "scaling": scaling,
+        "summary": [goal_row(f"x-api-key /healthz, {name}: CPU ratio", result.cpu_ratio,
+                             goals[name]) for name, result in measured.items()]
+        + [goal_row("two processes on Redis / one (rps)", scaling["scaling"], 1.6)],
     })
     _forget_redis_keys(args.redis_url, prefix)
     print(f"results written to {path}")

@@ -35,6 +35,7 @@ import trio
 from bench.harness import (
     WrkMissingError,
     free_port,
+    goal_row,
     hello_server,
     measure_servers,
     python_module_argv,
@@ -190,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "floor": floor,
         "floor_ratios": floor.ratios() if floor else None,
         "session_check_costs_us": costs,
+        "summary": [goal_row(f"GET /me CPU ratio ({backend})", me.cpu_ratio, 0.85)] + (
+            [goal_row(f"GET /healthz CPU ratio ({backend})", floor.cpu_ratio, 0.92)]
+            if floor else []),
     })
     print(f"results written to {path}")
     return 0

@@ -399,6 +399,15 @@ def report_measured(title: str, measured: Measured, baseline: str, candidate: st
           f"(rps ratio {ratios['rps_ratio']:.3f}, p99 ratio {ratios['p99_ratio']:.3f})")
 
 
+def goal_row(figure: str, value: float, goal: float, *, at_most: bool = False
+             ) -> dict[str, object]:
+    """One row of ``make bench``'s summary table (``bench.run_all``), for the ``summary`` list
+    of a benchmark's JSON: ``value`` against a goal of at least ``goal`` (at most with
+    ``at_most``)."""
+    return {"figure": figure, "value": value, "goal": f"{'<=' if at_most else '>='} {goal:g}",
+            "met": value <= goal if at_most else value >= goal}
+
+
 def compare(baseline: WrkResult, candidate: WrkResult) -> dict[str, float]:
     """Ratios of candidate to baseline: above 1 is better for ``rps_ratio``, worse for latency.
 

@@ -1,19 +1,90 @@
-"""Run every benchmark module ``bench/bench_*.py`` in turn (``make bench``)."""
+"""Run every benchmark module ``bench/bench_*.py`` in turn and print one summary table
+(``make bench``).
+
+A benchmark takes part in the table by putting a ``summary`` list in the JSON it writes under
+``bench/results/`` (rows made by ``harness.goal_row``: a figure, its value, its goal, met or
+not); one that does not gets a row pointing at its own output. ``ARGUMENTS`` holds the
+arguments a module runs with here, chosen so the whole run stays under 15 minutes on the
+2-core machine; ``TIMEOUT_S`` stops a module that hangs. The table, with the machine's load
+before and after, is also written to ``bench/results/summary.md``.
+"""
 
 from __future__ import annotations
 
+import datetime
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
+
+from bench.harness import RESULTS_DIR
+
+ARGUMENTS: dict[str, list[str]] = {
+    "bench.bench_baseline": ["--duration", "3", "--rounds", "3"],
+    "bench.bench_db_threads": ["--duration", "3", "--rounds", "2"],
+    "bench.bench_keys": ["--duration", "3", "--rounds", "3"],
+    "bench.bench_marketplace": ["--duration", "3"],
+    "bench.bench_pipeline": ["--requests", "200", "--warmup", "100"],
+    "bench.bench_session": ["--duration", "3", "--rounds", "3"],
+    "bench.bench_webhooks": ["--events", "2000", "--seconds", "10"],
+}
+TIMEOUT_S = 300
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
+
+
+def summary_rows(module: str, since: float, status: str) -> list[dict[str, Any]]:
+    """The ``summary`` rows of the JSON files ``module`` wrote after ``since``."""
+    rows: list[dict[str, Any]] = []
+    for path in sorted(RESULTS_DIR.glob("*.json")):
+        if path.stat().st_mtime >= since and path.name != "summary.json":
+            rows += json.loads(path.read_text(encoding="utf-8")).get("summary", [])
+    return [{"module": module, **row} for row in rows] or [
+        {"module": module, "figure": f"{status}: see its output above", "value": None,
+         "goal": "", "met": None}]
+
+
+def format_summary(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table of the summary rows."""
+    lines = ["| benchmark | figure | value | goal | met |", "|---|---|---|---|---|"]
+    for row in rows:
+        value = "" if row["value"] is None else f"{row['value']:.3g}"
+        met = {True: "yes", False: "**no**", None: ""}[row["met"]]
+        lines.append(f"| {row['module'].removeprefix('bench.')} | {row['figure']} | {value} "
+                     f"| {row['goal']} | {met} |")
+    return "\n".join(lines)
 
 
 def main() -> int:
-    failed = []
+    failed: list[str] = []
+    rows: list[dict[str, Any]] = []
+    began = time.monotonic()
+    load_before = load_average()
     for path in sorted(Path(__file__).parent.glob("bench_*.py")):
         module = f"bench.{path.stem}"
-        print(f"\n=== {module}", flush=True)
-        if subprocess.call([sys.executable, "-m", module]) != 0:
+        arguments = ARGUMENTS.get(module, [])
+        print(f"\n=== {module} {' '.join(arguments)}", flush=True)
+        started = time.time()
+        try:
+            code = subprocess.call([sys.executable, "-m", module, *arguments],
+                                   timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = -1
+        status = "ok" if code == 0 else ("timed out" if code == -1 else f"exit {code}")
+        if code != 0:
             failed.append(module)
+        rows += summary_rows(module, started, status)
+    table = format_summary(rows)
+    minutes = (time.monotonic() - began) / 60
+    header = (f"`make bench` at {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
+              f"{minutes:.1f} min; load average {load_before} before, {load_average()} after")
+    print(f"\n{header}\n\n{table}")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "summary.md").write_text(f"{header}\n\n{table}\n", encoding="utf-8")
     if failed:
         print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
