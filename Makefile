@@ -7,7 +7,7 @@ NODE_STAMP := node_modules/.installed
 export FLOWSVC_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 export FLOWSVC_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: serve test lint typecheck pytest bench clean wrk node_modules contracts
+.PHONY: serve test lint typecheck pytest bench clean wrk chromium node_modules contracts
 
 # A command the tests need from Debian: installed when missing and we may (root with apt-get),
 # otherwise named in one line (no raw apt error for a user without root).
@@ -50,12 +50,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(NODE_STAMP) wrk
+pytest: $(STAMP) $(NODE_STAMP) wrk chromium
 	$(BIN)/pytest -q
 
 # wrk is the load generator of bench/ and of its harness tests (Debian package).
 wrk:
 	$(call debian_package,wrk,wrk)
+
+# Headless Chromium loads /docs in tests/runtime/test_docs_page.py (Debian package).
+chromium:
+	$(call debian_package,chromium,chromium)
 
 test: lint typecheck pytest
 
