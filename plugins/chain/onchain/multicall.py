@@ -11,13 +11,13 @@ tree walk are then sent pinned to that block number, so a whole answer sees one 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from plugins.chain.abi import AbiDecodeError, Interface, hex_bytes
 from plugins.chain.rpc import RpcPool
-from plugins.chain.views import Call3, View, aggregate3_call_data, decode_aggregate3
+from plugins.chain.views import Call3, View, aggregate3_call_data
 
 T = TypeVar("T")
 
@@ -37,16 +37,63 @@ BLOCK_TIMESTAMP = View(_MULTICALL3_CLOCK.functions["getCurrentBlockTimestamp"],
 MAX_CALLS_PER_AGGREGATE = 1000
 
 
+# Every answer of a request is decoded on the request's path, and eth_abi's generic codec
+# costs tens of microseconds a value: the answers made only of 32-byte words (uints, bools,
+# addresses) and the aggregate3 envelope are read by hand below, with the same checks
+# (tests/plugins/chain/test_onchain_codec.py compares both with eth_abi).
+_WORD = 32
+
+
+def _word_reader(kind: str) -> Callable[[bytes], Any] | None:
+    """How to read one static ABI value of ``kind`` from its word, or None for another kind."""
+    if kind == "bool":
+        return _bool_word
+    if kind == "address":
+        return _address_word
+    if kind.startswith("uint") and kind[4:].isdigit():
+        bits = int(kind[4:])
+        return lambda word: _uint_word(word, bits)
+    return None
+
+
+def _uint_word(word: bytes, bits: int) -> int:
+    value = int.from_bytes(word, "big")
+    if value >> bits:
+        raise AbiDecodeError(f"uint{bits} out of range: {value}")
+    return value
+
+
+def _bool_word(word: bytes) -> bool:
+    value = int.from_bytes(word, "big")
+    if value > 1:
+        raise AbiDecodeError(f"a bool must be 0 or 1, got {value}")
+    return value == 1
+
+
+def _address_word(word: bytes) -> str:
+    if any(word[:12]):
+        raise AbiDecodeError("an address word with non-zero padding")
+    return "0x" + word[12:].hex()
+
+
 @dataclass(frozen=True)
 class Slot(Generic[T]):
     """Where one view's answer sits in a batch's answers."""
 
     index: int
     view: View[T]
+    words: tuple[Callable[[bytes], Any], ...] | None  # the readers of an all-word answer
 
     def of(self, answers: Answers) -> T:
         """The decoded answer. Raises ``AbiDecodeError`` (no code at the target, say)."""
-        return self.view.decode(answers.data[self.index])
+        data = answers.data[self.index]
+        if self.words is None:
+            return self.view.decode(data)
+        if len(data) < _WORD * len(self.words):
+            raise AbiDecodeError(f"{self.view.function.name}: {len(data)} bytes, expected "
+                                 f"{_WORD * len(self.words)}")
+        return self.view.convert(tuple(read(data[_WORD * at:_WORD * (at + 1)])
+                                       for at, read in enumerate(self.words)))
 
 
 @dataclass(frozen=True)
@@ -68,26 +115,34 @@ class Batch:
     def __init__(self, multicall: str) -> None:
         self.multicall = multicall
         self.calls: list[Call3] = []
+        self._data: str | None = None  # the encoded calls, kept: a batch may be sent again
         self.add(BLOCK_NUMBER, multicall)
         self.add(BLOCK_TIMESTAMP, multicall)
 
     def add(self, view: View[T], target: str, *args: Any) -> Slot[T]:
         """Add ``view(*args)`` on ``target``; its answer is read with the returned slot."""
         self.calls.append(view.call3(target, *args, allow_failure=False))
-        return Slot(len(self.calls) - 1, view)
+        self._data = None
+        readers = [_word_reader(output["type"]) for output in view.function.abi["outputs"]]
+        words = None if None in readers else tuple(
+            reader for reader in readers if reader is not None)
+        return Slot(len(self.calls) - 1, view, words)
 
     def params(self, block: int | None) -> list[Any]:
         """The ``eth_call`` parameters: at ``block``, or at ``latest`` when None."""
-        data = "0x" + aggregate3_call_data(self.calls).hex()
-        return [{"to": self.multicall, "data": data},
+        if self._data is None:
+            self._data = "0x" + aggregate3_call_data(self.calls).hex()
+        return [{"to": self.multicall, "data": self._data},
                 "latest" if block is None else hex(block)]
 
     def answers(self, result: Any) -> Answers:
         """Split an ``eth_call`` result of this batch. Raises ``AbiDecodeError``."""
-        data = [answer.return_data for answer in decode_aggregate3(hex_bytes(result))]
+        data = split_aggregate3(hex_bytes(result))
         if len(data) != len(self.calls):
             raise AbiDecodeError(f"{len(self.calls)} calls, {len(data)} answers")
-        return Answers(BLOCK_NUMBER.decode(data[0]), BLOCK_TIMESTAMP.decode(data[1]), data)
+        if len(data[0]) != _WORD or len(data[1]) != _WORD:
+            raise AbiDecodeError("Multicall3 did not answer its block number and time")
+        return Answers(_uint_word(data[0], 256), _uint_word(data[1], 256), data)
 
     async def send(self, pool: RpcPool, *, block: int | None, deadline: float) -> Answers:
         """Send the batch as one ``eth_call`` at ``block`` (``latest`` when None).
@@ -96,6 +151,33 @@ class Batch:
         :raises AbiDecodeError: the answer is not what the views return.
         """
         return self.answers(await pool.call("eth_call", self.params(block), deadline=deadline))
+
+
+def split_aggregate3(data: bytes) -> list[bytes]:
+    """The return data of each call of an ``aggregate3`` answer (what ``decode_aggregate3``
+    gives, read by hand). A call that failed cannot be in it: the batches allow none.
+
+    :raises AbiDecodeError: offsets or lengths that point outside ``data``, a failed call.
+    """
+    def word(at: int) -> int:
+        if at < 0 or at + _WORD > len(data):
+            raise AbiDecodeError(f"aggregate3 answer: word at {at} of {len(data)} bytes")
+        return int.from_bytes(data[at:at + _WORD], "big")
+
+    array = word(0)
+    count = word(array)
+    heads = array + _WORD
+    returned = []
+    for index in range(count):
+        item = heads + word(heads + _WORD * index)
+        if word(item) != 1:
+            raise AbiDecodeError(f"aggregate3 answer: call {index} failed")
+        start = item + word(item + _WORD)
+        length = word(start)
+        if start + _WORD + length > len(data):
+            raise AbiDecodeError(f"aggregate3 answer: call {index} overruns the data")
+        returned.append(data[start + _WORD:start + _WORD + length])
+    return returned
 
 
 async def send_all(pool: RpcPool, batches: Sequence[Batch], *, block: int,

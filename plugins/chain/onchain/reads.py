@@ -13,6 +13,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import trio
 from sqlalchemy import Connection
@@ -41,6 +42,9 @@ from plugins.chain.views import (
     TokenInfo,
     UserState,
 )
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 ZERO_ADDRESS = "0x" + "00" * 20
 SLOTS = 3  # direct slots of a tree node
@@ -174,6 +178,14 @@ def flow_position_batch(multicall: str, usdt: str, parts: Ecosystem, address: st
     return batch, position_of
 
 
+def _keep(kept: OrderedDict[K, V], key: K, value: V) -> None:
+    """Put ``value`` in the bounded cache ``kept``, dropping the least recently put."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > CACHE_ENTRIES:
+        kept.popitem(last=False)
+
+
 @dataclass
 class _Cached:
     position: FlowPosition
@@ -192,6 +204,9 @@ class ChainReads:
     cache_seconds: float = CACHE_SECONDS
     ecosystems: dict[tuple[int, str], Ecosystem] = field(default_factory=dict)
     positions: OrderedDict[tuple[int, str], _Cached] = field(default_factory=OrderedDict)
+    # The encoded batch of each recent address: encoding costs more than the call's answer.
+    batches: OrderedDict[tuple[int, str], tuple[Batch, Callable[[Answers], FlowPosition]]] = (
+        field(default_factory=OrderedDict))
     heads: dict[int, int] = field(default_factory=dict)
     pairs: dict[tuple[int, str], str] = field(default_factory=dict)
     trees: dict[tuple[int, str], tuple[str, Children]] = field(default_factory=dict)
@@ -234,8 +249,12 @@ class ChainReads:
         if (cached is not None and now - cached.stored_at < self.cache_seconds
                 and cached.position.block >= self.known_head(chain)):
             return cached.position
-        parts = await self.ecosystem(chain, chain.flow_instance)
-        batch, position_of = flow_position_batch(chain.multicall, chain.usdt, parts, address)
+        prepared = self.batches.get(key)
+        if prepared is None:
+            parts = await self.ecosystem(chain, chain.flow_instance)
+            prepared = flow_position_batch(chain.multicall, chain.usdt, parts, address)
+            _keep(self.batches, key, prepared)
+        batch, position_of = prepared
         position = position_of(await batch.send(chain.pool, block=None,
                                                 deadline=chain.deadline))
         self._remember(chain, key, position)
@@ -248,10 +267,7 @@ class ChainReads:
 
     def _remember(self, chain: Chain, key: tuple[int, str], position: FlowPosition) -> None:
         self.heads[chain.id] = max(self.heads.get(chain.id, 0), position.block)
-        self.positions[key] = _Cached(position, trio.current_time())
-        self.positions.move_to_end(key)
-        while len(self.positions) > CACHE_ENTRIES:
-            self.positions.popitem(last=False)
+        _keep(self.positions, key, _Cached(position, trio.current_time()))
 
     async def tree_walk(self, chain: Chain, address: str, depth: int) -> TreeWalk:
         """``address``'s tree position in ``chain``'s ``flow_instance`` and the sizes of its
