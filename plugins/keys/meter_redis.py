@@ -12,8 +12,12 @@ service-wide bucket. The bucket is the very sorted set ``SharedState.hit_window`
 for ``runtime.limits.user_bucket``, named by ``runtime.shared.window_key`` (scores and
 members in milliseconds), so session and key requests of a user share it.
 A spend hash that is missing (expired after 40 idle days, or Redis was emptied) or holds an
-older period starts from the database's figure (``seed``), so a restart of Redis or of a
-process does not reset a period's spend.
+older period starts from the database's figure (``seed``) plus the spend this process
+applied and has not written to the database yet, so a restart of Redis or of a process
+does not reset a period's spend. After a failed call (Redis down, restarting, perhaps
+emptied) the meter makes the key directory forget its records (``forget_records``), so
+that the seeds of the next calls are read from the database again rather than from
+records cached before the outage.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from datetime import datetime
 from itertools import count
 from typing import Any
@@ -139,13 +144,17 @@ class RedisMeter:
     :param redis: the shared Redis (scripts, keys under the service prefix).
     :param max_batch: items per script call at most.
     :param timeout: seconds a script call may take before its items fail with 503.
+    :param forget_records: called after a failed call: drops cached key records, whose
+        spend figures seed Redis again if it comes back empty.
     """
 
-    def __init__(self, redis: RedisAccess, max_batch: int, timeout: float) -> None:
+    def __init__(self, redis: RedisAccess, max_batch: int, timeout: float,
+                 forget_records: Callable[[], None]) -> None:
         self._script = redis.script(_METER_LUA)
         self._read_script = redis.script(_READ_SPEND_LUA)
         self._max_batch = max_batch
         self._timeout = timeout
+        self._forget_records = forget_records
         self._queue: list[tuple[MeterItem, _Slot]] = []
         self._wake = trio.Event()
         self._running = False
@@ -197,13 +206,15 @@ class RedisMeter:
                      f"keys:spend:{item.key_id}"]
             args += [item.mode, item.key_rpm, item.user_rpm,
                      -1 if item.limit is None else item.limit, item.cost, item.period_key,
-                     item.seed, f"{now_ms}:{self._member_tag}{next(self._members)}",
+                     item.seed + self.spend.pending(item.key_id, item.period_key),
+                     f"{now_ms}:{self._member_tag}{next(self._members)}",
                      _SPEND_TTL_MS]
         try:
             with trio.fail_after(self._timeout):
                 reply: list[int] = await self._script(keys, args)
         except (Exception, trio.TooSlowError) as exc:
             log.warning("key meter script failed: %s", type(exc).__name__)
+            self._forget_records()
             error = Unavailable("the API key meter cannot reach Redis")
             for _, slot in batch:
                 slot.finish(None, error)

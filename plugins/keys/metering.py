@@ -65,6 +65,10 @@ class SpendLedger:
         if delta:
             self._deltas[(key_id, period_key)] += delta
 
+    def pending(self, key_id: int, period_key: int) -> int:
+        """Spend of the key's period applied here and not yet written to the database."""
+        return self._deltas.get((key_id, period_key), 0)
+
     def take(self) -> dict[tuple[int, int], int]:
         deltas = {key: value for key, value in self._deltas.items() if value}
         self._deltas.clear()

@@ -32,11 +32,11 @@ class KeysState:
     def create(cls, service: Service) -> KeysState:
         settings = service.plugin_settings("keys", KeysSettings)
         redis = service.shared.redis
+        directory = KeyDirectory(service.db, settings.cache_size, settings.cache_ttl_seconds)
         meter: MeterBackend = MemoryMeter(service.shared) if redis is None else \
-            RedisMeter(redis, settings.meter_max_batch, settings.meter_timeout_seconds)
-        return cls(settings=settings, db=service.db,
-                   directory=KeyDirectory(service.db, settings.cache_size,
-                                          settings.cache_ttl_seconds),
+            RedisMeter(redis, settings.meter_max_batch, settings.meter_timeout_seconds,
+                       forget_records=directory.clear)
+        return cls(settings=settings, db=service.db, directory=directory,
                    meter=meter, usage=UsageLog(settings.usage_buffer, service.metrics.registry))
 
 
