@@ -45,7 +45,7 @@ serve: $(STAMP)
 	$(BIN)/flowsvc serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check runtime plugins tests bench examples
+	$(BIN)/ruff check runtime plugins tests bench examples client
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
