@@ -61,6 +61,7 @@ from runtime.wire import utcnow
 log = logging.getLogger("flowsvc.webhooks")
 DISPATCHER = "webhooks.dispatcher"
 SETTLE_BATCH = 256
+SETTLE_GATHER_SECONDS = 0.02
 PURGE_INTERVAL_SECONDS = 3600.0
 OUTAGE_BACKOFF_MIN = 0.1
 OUTAGE_BACKOFF_MAX = 2.0
@@ -169,6 +170,11 @@ class _Dispatcher:
     async def settle_loop(self) -> None:
         async for first in self.outcomes_out:
             batch = [first]
+            # A moment for a batch's worth to gather: one transaction settles them all (the
+            # deliveries stay leased meanwhile, nothing waits for it).
+            with trio.move_on_after(SETTLE_GATHER_SECONDS):
+                while len(batch) < self.batch:
+                    batch.append(await self.outcomes_out.receive())
             while len(batch) < SETTLE_BATCH:
                 try:
                     batch.append(self.outcomes_out.receive_nowait())

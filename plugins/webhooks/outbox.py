@@ -13,8 +13,8 @@ Every attempt is in the history from the moment it is claimed: the claim writes 
 the outcome ``unknown`` (and counts it in ``deliveries.attempts``), and settling fills in the
 answer. An attempt whose process died on the way (even ``kill -9`` after the receiver got the
 request) therefore stays in the history as ``unknown`` instead of vanishing. Both run once per
-batch of deliveries, never once per delivery: a claim is five statements (four when the batch
-is full) whatever its size, a settle four when every attempt of the batch got a 2xx.
+batch of deliveries, never once per delivery: a claim is about six statements whatever its
+size, a settle four when every attempt of the batch got a 2xx.
 """
 
 from __future__ import annotations
@@ -146,34 +146,44 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
     in the history (outcome ``unknown`` until settled).
 
     Rows are taken in due order; hosts with no room left are skipped in the query itself, so a
-    backlog for one slow host does not hide the other hosts' due deliveries. ``next_due`` is
-    only looked up when the batch did not fill up (otherwise the caller claims again at once).
+    backlog for one slow host does not hide the other hosts' due deliveries. ``exhausted``: no
+    other due delivery could be claimed now (with more room); ``next_due`` is only looked up
+    then (otherwise the caller claims again as soon as it has room).
     """
     now = utcnow()
-    full = [host for host, left in host_room.items() if left <= 0]
-    limit = room * 2
     claimable = _claimable(now, owner)
-    query = (select(deliveries.c.id, subscriptions.c.host)
-             .join(subscriptions, subscriptions.c.id == deliveries.c.subscription_id)
-             .where(claimable, deliveries.c.next_attempt_at <= now)
-             .order_by(deliveries.c.next_attempt_at).limit(limit)
-             .with_for_update(skip_locked=True, of=deliveries))
-    if full:
-        query = query.where(subscriptions.c.host.not_in(full))
-    candidates = connection.execute(query).all()
     picked: list[int] = []
     left = dict(host_room)
-    for candidate in candidates:
-        if len(picked) == room:
-            break
-        if left.setdefault(candidate.host, per_host) > 0:
-            left[candidate.host] -= 1
-            picked.append(candidate.id)
+    exhausted = False
+    # A pass that fills a host leaves that host's other rows among its candidates: the next
+    # pass skips the hosts now full, so other hosts' due rows further down are found too, in
+    # the same transaction. Each pass claims something or adds a full host: it ends.
+    while len(picked) < room and not exhausted:
+        full = [host for host, remaining in left.items() if remaining <= 0]
+        limit = (room - len(picked)) * 2
+        query = (select(deliveries.c.id, subscriptions.c.host)
+                 .join(subscriptions, subscriptions.c.id == deliveries.c.subscription_id)
+                 .where(claimable, deliveries.c.next_attempt_at <= now)
+                 .order_by(deliveries.c.next_attempt_at).limit(limit)
+                 .with_for_update(skip_locked=True, of=deliveries))
+        if full:
+            query = query.where(subscriptions.c.host.not_in(full))
+        candidates = connection.execute(query).all()
+        exhausted = len(candidates) < limit
+        fresh: list[int] = []
+        for candidate in candidates:
+            if len(picked) + len(fresh) == room:
+                break
+            if left.setdefault(candidate.host, per_host) > 0:
+                left[candidate.host] -= 1
+                fresh.append(candidate.id)
+        if fresh:  # claimed now, so the next pass no longer sees them
+            connection.execute(update(deliveries).where(deliveries.c.id.in_(fresh)).values(
+                claimed_until=now + timedelta(seconds=lease_seconds), claim_owner=owner,
+                attempts=deliveries.c.attempts + 1))
+            picked += fresh
     jobs: list[Job] = []
     if picked:
-        connection.execute(update(deliveries).where(deliveries.c.id.in_(picked)).values(
-            claimed_until=now + timedelta(seconds=lease_seconds), claim_owner=owner,
-            attempts=deliveries.c.attempts + 1))
         connection.execute(insert(attempts).from_select(
             ["delivery_id", "number", "started_at", "duration_ms", "status_code", "error",
              "outcome"],
@@ -194,7 +204,6 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
                     secrets=signing_secrets(row.secret, row.previous_secret,
                                             row.previous_secret_until, now))
                 for row in rows]
-    exhausted = len(candidates) < limit
     next_due = None
     if exhausted:
         next_due = connection.execute(
