@@ -1,30 +1,34 @@
-"""SSE fan-out on one process: K subscribers of one project while a run publishes 20 events/s.
+"""SSE fan-out: K subscribers of one project while a run publishes 20 events/s.
 
 For each K, K subscribers follow one stream while events are published at ``--rate`` per
-second; each event carries the time it was published, and each subscriber records how long
-it took to arrive (publish-to-receive latency). The figure of merit is the largest K whose
-p99 stays under ``--budget-ms`` (250 ms) with no subscriber cut off or short of events.
+second; each timed event carries the time it was published, and each subscriber records how
+long it took to arrive (publish-to-receive latency). The figure of merit is the largest K
+whose p99 stays under ``--budget-ms`` (250 ms) with no subscriber cut off and at least 95 %
+of the window's events delivered to every subscriber. Beside it, each K records the server's
+CPU use during the window (cores busy) and the publisher's real pace.
 
-Two servers are measured in the same run, each in its own process:
+Servers, each in its own process(es), measured in the same run (``--servers``):
 
 - **baseline**: the bare quart-trio SSE endpoint of ``bench/hello_app.py`` (``GET /sse``,
   one memory channel and one write per event per subscriber), fed by ``POST /publish`` from
   a publisher process of its own;
-- **flowsvc**: ``GET /projects/<slug>/stream`` of a real project, fed by a real agent run.
-  This module is also a flowsvc plugin (enabled by its module path in the benchmarked
-  server): its route starts the run with ``start_run`` and a paced backend, whose every
-  turn is one call of its ``bench_tick`` tool carrying the time. Each turn therefore
-  publishes ``tool_call`` (timed) and ``tool_result`` through the runner, the publisher
-  (committed to SQLite first), the project's broadcaster and the SSE response: ``--rate``
-  events a second in all. A model's HTTP round trip and real tools are left out on
-  purpose: they are the run's costs, not the fan-out's. Each K gets a fresh run.
+- **flowsvc**: ``GET /projects/<slug>/stream`` of a real project on one process in memory,
+  fed by a real agent run. This module is also a flowsvc plugin (enabled by its module path
+  in the benchmarked server): its route starts the run with ``start_run`` and a paced
+  backend, whose every turn is one call of its ``bench_tick`` tool carrying the time. Each
+  turn therefore publishes ``tool_call`` (timed) and ``tool_result`` through the runner,
+  the publisher (committed to SQLite first), the project's broadcaster and the SSE
+  response: ``--rate`` events a second in all. A model's HTTP round trip and real tools are
+  left out on purpose: they are the run's costs, not the fan-out's. Each K gets a fresh run;
+- **redis-1** and **redis-2**: the same on Redis, as ``flowsvc serve --workers 1`` and
+  ``--workers 2`` (two processes sharing one listening socket; the run's events reach the
+  other process through its Redis tail).
 
-Subscribers are raw sockets in this process (one Trio task each) that only look for the
-timestamps in what they receive, to stay light. ``--gc-tuned`` freezes the flowsvc
-server's startup heap and raises its collector thresholds: full garbage collections of
-a heap this size are the main source of its p99 (pauses of 150-350 ms about once a second
-with a few hundred open streams). Run it with ``python -m bench.bench_sse``
-(``--help`` lists the knobs); it prints a table and writes ``bench/results/sse.json``.
+The figures are ratios within the run: flowsvc's largest K over the bare endpoint's, and
+two processes' over one's. Subscribers are raw sockets spread over ``--clients`` processes
+(one Trio task each) that only look for the timestamps in what they receive, to stay light.
+Run it with ``python -m bench.bench_sse`` (``--help`` lists the knobs); it prints a table
+and writes ``bench/results/sse.json``.
 """
 
 from __future__ import annotations
@@ -35,14 +39,15 @@ import gc
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,7 +57,7 @@ from eth_account.messages import encode_defunct
 from quart import Blueprint, Response
 from quart import request as quart_request
 
-from bench.harness import RunningServer, flowsvc_server, hello_server, write_json
+from bench.harness import RunningServer, cpu_seconds, flowsvc_server, hello_server, write_json
 from plugins.projects.engine.model_backends import ConversationMessage, ModelTurn, ToolCallRequest
 from plugins.projects.engine.submit import RunRequest, start_run
 from plugins.projects.records.access import find_project
@@ -89,6 +94,10 @@ class Step:
     samples: int
     expected: int
     cut_off: int
+    server_cpu: float
+    """CPU seconds the server's processes used per second of the window (1.0: one core)."""
+    timed_per_s: float
+    """Timed events published per second of the window (the publisher's real pace)."""
 
     @property
     def within(self) -> bool:
@@ -129,31 +138,105 @@ async def subscribe(base_url: str, path: str, connecting: trio.CapacityLimiter,
             buffer = buffer[end + 2:]
 
 
-async def measure(base_url: str, path: str, count: int, seconds: float, rate: float) -> Step:
-    """Open ``count`` subscribers, then record ``seconds`` of timed events (``rate`` of
-    them a second)."""
+def percentile(histogram: Counter[int], fraction: float) -> float:
+    """The latency (ms) at ``fraction`` of a histogram of latencies in 0.1 ms buckets."""
+    rank = int(sum(histogram.values()) * fraction)
+    seen = 0
+    for bucket in sorted(histogram):
+        seen += histogram[bucket]
+        if seen > rank:
+            return bucket / 10
+    return max(histogram, default=0) / 10
+
+
+async def follow_timed(base_url: str, path: str, count: int) -> None:
+    """A subscriber process: ``count`` subscribers of ``path``; says ``ready`` once all are
+    connected, reads ``<window start> <seconds>`` and then prints, as one JSON line, the
+    latency histogram (0.1 ms buckets) of the events published in that window and how
+    many subscribers were cut off."""
     records = [Subscriber() for _ in range(count)]
     ready = trio.Semaphore(0)
     window = {"start": float("inf")}
     connecting = trio.CapacityLimiter(_CONNECT_AT_ONCE)
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     async with trio.open_nursery() as nursery:
         for record in records:
             nursery.start_soon(subscribe, base_url, path, connecting, ready,
                                lambda: window["start"], record)
-        with trio.fail_after(120):
-            for _ in records:
-                await ready.acquire()
-        await trio.sleep(1.0)  # let every subscriber settle before the window opens
-        window["start"] = time.time()
-        await trio.sleep(seconds)
+        for _ in records:
+            await ready.acquire()
+        print("ready", flush=True)
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await stdin.receive_some(100)
+        start, seconds = (float(part) for part in line.split())
+        window["start"] = start
+        await trio.sleep_until(trio.current_time() + start + seconds - time.time())
         nursery.cancel_scope.cancel()
-    latencies = sorted(value for record in records for value in record.latencies)
-    if not latencies:
-        return Step(count, float("inf"), float("inf"), 0, 1, sum(r.cut_off for r in records))
-    return Step(count, statistics.median(latencies) * 1000,
-                latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-                len(latencies), int(count * seconds * rate),
-                sum(record.cut_off for record in records))
+    histogram = Counter(int(value * 10_000) for record in records
+                        for value in record.latencies)
+    print(json.dumps({"histogram": histogram, "cut_off": sum(r.cut_off for r in records),
+                      "most": max(len(record.latencies) for record in records)}), flush=True)
+
+
+async def _line(process: trio.Process) -> bytes:
+    assert process.stdout is not None
+    data = b""
+    while not data.endswith(b"\n"):
+        piece = await process.stdout.receive_some(1 << 20)
+        if not piece:
+            raise RuntimeError(f"a subscriber process ended early: {data[-300:]!r}")
+        data += piece
+    return data
+
+
+def server_pids(server: RunningServer) -> list[int]:
+    """The server's process and its children (the workers of ``serve --workers N``)."""
+    pid = server.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii").split()
+    return [pid, *(int(child) for child in children)]
+
+
+async def measure(server: RunningServer, path: str, count: int, seconds: float,
+                  clients: int) -> Step:
+    """Open ``count`` subscribers in ``clients`` processes, then record ``seconds`` of
+    timed events and the server's CPU use meanwhile."""
+    base_url = server.base_url
+    shares = [count // clients + (index < count % clients) for index in range(clients)]
+    processes = [await trio.lowlevel.open_process(
+        [sys.executable, "-m", "bench.bench_sse", "subscribers", base_url, path, str(share)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE) for share in shares if share]
+    try:
+        with trio.fail_after(180):
+            for process in processes:
+                await _line(process)
+        await trio.sleep(1.0)  # let every subscriber settle before the window opens
+        pids = server_pids(server)
+        cpu_before = sum(cpu_seconds(pid) for pid in pids)
+        window = f"{time.time()} {seconds}\n".encode()
+        for process in processes:
+            assert process.stdin is not None
+            await process.stdin.send_all(window)
+        histogram: Counter[int] = Counter()
+        cut_off = most = 0
+        with trio.fail_after(seconds + 120):
+            for process in processes:
+                answer = json.loads(await _line(process))
+                histogram.update({int(bucket): n for bucket, n in answer["histogram"].items()})
+                cut_off += answer["cut_off"]
+                most = max(most, answer["most"])
+        server_cpu = (sum(cpu_seconds(pid) for pid in pids) - cpu_before) / seconds
+    finally:
+        for process in processes:
+            process.kill()
+            await process.wait()
+    samples = sum(histogram.values())
+    if not samples:
+        return Step(count, float("inf"), float("inf"), 0, 1, cut_off, server_cpu, 0.0)
+    # Every subscriber should have every event of the window: as many as the one with most
+    # (the publisher's own pace is not the fan-out's to answer for).
+    return Step(count, percentile(histogram, 0.5), percentile(histogram, 0.99), samples,
+                count * most, cut_off, server_cpu, most / seconds)
 
 
 async def sweep(name: str, counts: Sequence[int], budget_ms: float,
@@ -165,7 +248,8 @@ async def sweep(name: str, counts: Sequence[int], budget_ms: float,
         step: Step = await run_step(count)
         steps.append(step)
         print(f"{name:>8} K={count:5d}  p50 {step.p50_ms:8.1f} ms  p99 {step.p99_ms:8.1f} ms  "
-              f"samples {step.samples}/{step.expected}  cut off {step.cut_off}", flush=True)
+              f"samples {step.samples}/{step.expected}  cut off {step.cut_off}  "
+              f"timed/s {step.timed_per_s:.1f}  server CPU {step.server_cpu:.2f}", flush=True)
         misses = 0 if step.within and step.p99_ms < budget_ms else misses + 1
         if misses == 2:
             break
@@ -177,7 +261,7 @@ async def sweep(name: str, counts: Sequence[int], budget_ms: float,
 async def baseline_steps(server: RunningServer, args: argparse.Namespace) -> list[Step]:
     async def publish(count: int) -> Step:
         async with helper_process("publish", server.url("/publish"), str(args.rate)):
-            return await measure(server.base_url, "/sse", count, args.seconds, args.rate)
+            return await measure(server, "/sse", count, args.seconds, args.clients)
 
     return await sweep("baseline", args.counts, args.budget_ms, publish)
 
@@ -280,7 +364,8 @@ async def signed_in(http: httpx.AsyncClient) -> str:
     return address
 
 
-async def flowsvc_steps(server: RunningServer, args: argparse.Namespace) -> list[Step]:
+async def flowsvc_steps(server: RunningServer, args: argparse.Namespace, name: str
+                        ) -> list[Step]:
     # The operator's client carries no session: a session cookie would win over the
     # internal token.
     internal = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
@@ -302,18 +387,24 @@ async def flowsvc_steps(server: RunningServer, args: argparse.Namespace) -> list
             started = await operator.post(f"/bench-sse/{slug}/run",
                                           params={"turns": str(args.rate / 2)})
             started.raise_for_status()
-            step = await measure(server.base_url, f"/projects/{slug}/stream", count,
-                                 args.seconds, args.rate / 2)
+            step = await measure(server, f"/projects/{slug}/stream", count, args.seconds,
+                                 args.clients)
             await http.post(f"/projects/{slug}/cancel")
             return step
 
-        return await sweep("flowsvc", args.counts, args.budget_ms, one_run)
+        return await sweep(name, args.counts, args.budget_ms, one_run)
 
 
 @asynccontextmanager
-async def flowsvc_bench_server(gc_tuned: bool) -> AsyncIterator[RunningServer]:
-    """flowsvc with the auth, chain and projects plugins and this module as a plugin."""
+async def flowsvc_bench_server(gc_tuned: bool, *, redis_url: str | None = None,
+                               workers: int = 1) -> AsyncIterator[RunningServer]:
+    """flowsvc with the auth, chain and projects plugins and this module as a plugin; with
+    ``redis_url``, ``workers`` processes behind one port sharing that Redis."""
+    shared = {} if redis_url is None else {
+        "FLOWSVC_REDIS_URL": redis_url, "FLOWSVC_SERVICE_WORKERS": str(workers),
+        "FLOWSVC_REDIS_PREFIX": f"bench-sse-{os.getpid()}-{workers}:"}
     env = {
+        **shared,
         **({GC_TUNING_VARIABLE: "1"} if gc_tuned else {}),
         "FLOWSVC_PLUGINS_ENABLED": '["auth", "chain", "projects", "bench.bench_sse"]',
         "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN,
@@ -340,8 +431,22 @@ async def run(args: argparse.Namespace) -> dict[str, list[Step]]:
             results["baseline"] = await baseline_steps(baseline, args)
     if "flowsvc" in args.servers:
         async with flowsvc_bench_server(args.gc_tuned) as server:
-            results["flowsvc"] = await flowsvc_steps(server, args)
+            results["flowsvc"] = await flowsvc_steps(server, args, "flowsvc")
+    for workers in (1, 2):
+        name = f"redis-{workers}"
+        if name in args.servers:
+            async with flowsvc_bench_server(args.gc_tuned, redis_url=args.redis_url,
+                                            workers=workers) as server:
+                results[name] = await flowsvc_steps(server, args, name)
     return results
+
+
+def ratios(largest: dict[str, int]) -> dict[str, float]:
+    """flowsvc's largest K against the bare endpoint's, two processes' against one's."""
+    pairs = {"flowsvc_vs_baseline": ("flowsvc", "baseline"),
+             "two_vs_one_process": ("redis-2", "redis-1")}
+    return {name: largest[top] / largest[bottom] for name, (top, bottom) in pairs.items()
+            if largest.get(top) is not None and largest.get(bottom)}
 
 
 def largest_within(steps: list[Step], budget_ms: float) -> int:
@@ -354,30 +459,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ready", flush=True)
         trio.run(publish_forever, arguments[1], float(arguments[2]))
         return 0
+    if arguments[:1] == ["subscribers"]:
+        trio.run(follow_timed, arguments[1], arguments[2], int(arguments[3]))
+        return 0
     parser = argparse.ArgumentParser(description="SSE fan-out: flowsvc against a bare endpoint.")
-    parser.add_argument("--counts", default="100,200,300,450,600,800,1000,1300,1600,2000,2500",
+    parser.add_argument("--counts",
+                        default="300,600,1000,1500,2000,2500,3000,4000,5000,6000,7000,8000",
                         type=lambda text: [int(part) for part in text.split(",")],
                         help="subscriber counts K to measure, in increasing order")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per K")
     parser.add_argument("--rate", type=float, default=20.0, help="events published per second")
     parser.add_argument("--budget-ms", type=float, default=250.0, help="p99 budget")
+    parser.add_argument("--clients", type=int, default=2,
+                        help="subscriber processes the K subscribers are spread over")
     parser.add_argument("--gc-tuned", action="store_true",
                         help="freeze the startup heap and raise the collector's thresholds in "
                              "the flowsvc server (what the service could do at start)")
     parser.add_argument("--servers", default="baseline,flowsvc",
-                        type=lambda text: text.split(","), help="which servers to measure")
+                        type=lambda text: text.split(","),
+                        help="which servers to measure: baseline (the bare endpoint), flowsvc "
+                             "(one process, in memory), redis-1 and redis-2 (one and two "
+                             "processes behind one port on Redis)")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
+                        help="the Redis of redis-1 and redis-2")
     parser.add_argument("--json", default="sse.json", help="file under bench/results/")
     args = parser.parse_args(arguments)
+    load_before = os.getloadavg()[0]
     results = trio.run(partial(run, args))
     summary = {name: largest_within(steps, args.budget_ms) for name, steps in results.items()}
     print(f"largest K with p99 under {args.budget_ms:g} ms: "
           + ", ".join(f"{name} {count}" for name, count in summary.items()))
+    print("ratios: " + ", ".join(f"{name} {value:.2f}"
+                                 for name, value in ratios(summary).items()))
     path = write_json(args.json, {
         "command": " ".join(["python -m bench.bench_sse", *arguments]),
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(), "rate": args.rate, "seconds": args.seconds,
-        "gc_tuned": args.gc_tuned,
+        "gc_tuned": args.gc_tuned, "clients": args.clients,
+        "load_average": [load_before, os.getloadavg()[0]],
         "budget_ms": args.budget_ms, "largest_k_within_budget": summary,
+        "ratios": ratios(summary),
         "steps": {name: [asdict(step) for step in steps] for name, steps in results.items()},
     })
     print(f"results written to {path}")
