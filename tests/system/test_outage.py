@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 
 from tests.support.backends import redis_prefix
@@ -135,6 +136,7 @@ async def seconds_until_up(base_url: str, check: str | None, timeout: float) -> 
                 await trio.sleep(0.05)
 
 
+@pytest.mark.timeout(300)  # about 100 s here; room for a loaded two-core machine
 async def test_database_and_redis_outages_of_a_minute_stop_nothing_and_lose_nothing(
         tmp_path: Path, nursery: trio.Nursery) -> None:
     model = SlowModel(model_script())
