@@ -51,7 +51,7 @@ from plugins.chain.tokens import get_token
 from runtime.context import caller_first, require_user
 from runtime.errors import NotFound
 from runtime.http import current_service, json_response
-from runtime.service import StateSlot
+from runtime.service import Service, StateSlot
 
 T = TypeVar("T")
 
@@ -98,6 +98,15 @@ def _chosen(state: ChainState, chain_id: int | None) -> list[ChainConfig]:
     if not state.chains:
         raise ChainUnavailable("no chain is configured on this service")
     return list(state.chains.values())
+
+
+def _caller_on(chain_id: int | None) -> tuple[str, Service, ChainReads, list[Chain]]:
+    """The caller's address, the service, its reads and the chains a request reads.
+    Raises as ``_caller_address`` and ``_chosen``."""
+    address = _caller_address()
+    service = current_service()
+    state = service.state(CHAIN)
+    return address, service, service.state(ONCHAIN), _chains(state, _chosen(state, chain_id))
 
 
 def _failure(chain: Chain, error: Exception) -> dict[str, Any]:
@@ -179,11 +188,7 @@ def _flow_entry(chain: Chain, position: FlowPosition, earned: list[int],
 @document_response(FlowOnchainResponse, 200)
 async def flow_onchain(query_args: ChainQuery) -> Response:
     """The caller's FLOW position on each chain where their address has activity."""
-    address = _caller_address()
-    service = current_service()
-    state = service.state(CHAIN)
-    reads = service.state(ONCHAIN)
-    chains = _chains(state, _chosen(state, query_args.chainId))
+    address, service, reads, chains = _caller_on(query_args.chainId)
     positions, failures = await _read_each(
         chains, lambda chain: reads.flow_position(chain, address))
     if not positions:
@@ -211,11 +216,8 @@ async def flow_onchain(query_args: ChainQuery) -> Response:
 @document_response(TreeResponse, 200)
 async def tree(query_args: TreeQuery) -> Response:
     """The caller's tree: upline, subtree by level, earnings by level and direct slots."""
-    address = _caller_address()
-    service = current_service()
-    state = service.state(CHAIN)
-    reads = service.state(ONCHAIN)
-    [chain] = _chains(state, _chosen(state, query_args.chainId)[:1])
+    address, service, reads, chains = _caller_on(query_args.chainId)
+    chain = chains[0]
     walk = await _read_one(chain, lambda chain: reads.tree_walk(chain, address,
                                                                 query_args.depth))
     if not walk.activated:
