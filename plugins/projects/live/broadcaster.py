@@ -2,9 +2,11 @@
 
 The actor loads the ring (``live.ring``) from the database when it starts, appends what
 publishers (in this process) and the hub's Redis tail (events of runs in other processes)
-send it, fills any gap from the database, and hands out subscriptions. Every
-``SWEEP_SECONDS`` it looks for readers stuck in a write (``Ring.stuck``) and resets their
-connections (``live.cutoff``). It stops when nobody has read or written for
+send it, fills any gap from the database, and hands out subscriptions. With Redis, it also
+reads the database for newer events at each beat: an event whose Redis entry was lost (Redis
+down while it was published, or while the tail read) reaches its readers within a beat.
+Every ``SWEEP_SECONDS`` it looks for readers stuck in a write (``Ring.stuck``) and resets
+their connections (``live.cutoff``). It stops when nobody has read or written for
 ``idle_seconds``.
 """
 
@@ -22,6 +24,8 @@ from plugins.projects.live.cutoff import reset_connections
 from plugins.projects.live.event_log import StreamEvent
 from plugins.projects.live.ring import Ring, Subscription
 from runtime.actors import ActorSpec, Mailbox, Request
+from runtime.backoff import outage_cause
+from runtime.errors import is_outage
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.stream")
@@ -74,6 +78,21 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
             ring.append(event)
         ring.wake()
 
+    async def catch_up() -> None:
+        """Take from the database the events the Redis tail has not brought (a ring's worth
+        at most; the next beat takes more)."""
+        try:
+            missed = await service.db.read(event_log.events_between, stream, ring.last_seq,
+                                           ring.last_seq + ring.capacity)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            log.warning("stream %s cannot catch up from the database (%s)", stream,
+                        outage_cause(exc))
+            return
+        if missed:
+            await append(missed)
+
     async def handle(message: object) -> tuple[Subscription, str | None] | None:
         match message:
             case Append(events):
@@ -118,6 +137,8 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
                     await cut_off(ring.stuck(now, write_timeout))
                     next_sweep = now + SWEEP_SECONDS
                 if now >= next_beat:
+                    if service.shared.redis is not None:
+                        await catch_up()
                     ring.beat()
                     if ring.readers == 0 and now - ring.touched >= idle_seconds:
                         return

@@ -23,7 +23,8 @@ from plugins.projects.live.event_log import StreamEvent
 from plugins.projects.live.ring import Ring, Subscription
 from plugins.projects.settings import ProjectsSettings
 from runtime.actors import ActorSpec, Address, Mailbox, Request, serve_mailbox
-from runtime.errors import Unavailable
+from runtime.backoff import Backoff, outage_cause
+from runtime.errors import Unavailable, is_outage
 from runtime.service import Service
 from runtime.shared import RedisAccess
 
@@ -99,6 +100,7 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
         return address
 
     async def tail(redis: RedisAccess) -> None:
+        backoff = Backoff()
         while True:
             for stream in [stream for stream, ring in rings.items() if ring.closed]:
                 del rings[stream]
@@ -108,10 +110,17 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
             positions[wake_stream] = "$"
             try:
                 reply = await redis.stream_read(positions, count=1000, block_ms=_XREAD_BLOCK_MS)
-            except Exception:
-                log.warning("reading the Redis streams failed; retrying", exc_info=True)
-                await trio.sleep(1)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                # What is published meanwhile reaches readers through the broadcasters'
+                # catch-up from the database.
+                delay = backoff.next_delay()
+                log.warning("reading the Redis streams failed (%s); retrying in %.1f s",
+                            outage_cause(exc), delay)
+                await trio.sleep(delay)
                 continue
+            backoff.reset()
             for key, entries in reply.items():
                 stream_of_key = keys.get(key)
                 if stream_of_key is not None:
