@@ -20,8 +20,8 @@ import math
 import secrets
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -30,7 +30,7 @@ import coredis
 import trio
 
 from runtime.config import ConfigError
-from runtime.errors import Unavailable
+from runtime.errors import Unavailable, is_outage
 
 _SUBSCRIBER_BUFFER = 1024
 _SWEEP_SECONDS = 60.0
@@ -269,8 +269,24 @@ class RedisAccess:
         return entries
 
 
+@contextmanager
+def _redis_outage_is_unavailable() -> Iterator[None]:
+    """Turn a Redis outage (``is_outage``) into ``Unavailable``: a route that meets one
+    answers 503 ``unavailable`` rather than 500. Anything else (a bug) passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        if is_outage(exc) and not isinstance(exc, Unavailable):
+            raise Unavailable("redis is unavailable") from exc
+        raise
+
+
 class RedisSharedState:
     """Shared state in Redis, for several service processes behind a load balancer.
+
+    A Redis outage surfaces from every method as ``Unavailable`` (503 on a route); a
+    subscription that breaks later raises the client's own error from its iterator, which
+    ``runtime.follow`` and other listeners tell from a bug with ``is_outage``.
 
     :param client: a connected coredis client (``decode_responses=True``); owned by the
         caller of ``open_shared_state``.
@@ -289,27 +305,34 @@ class RedisSharedState:
     async def hit_window(self, key: str, limit: int, window: float) -> WindowDecision:
         now_ms = int(time.time() * 1000)
         member = f"{now_ms}:{secrets.token_hex(6)}"
-        reply: list[int] = await self._window_script(
-            keys=[self.key(window_key(key))], args=[now_ms, int(window * 1000), limit, member])
+        with _redis_outage_is_unavailable():
+            reply: list[int] = await self._window_script(
+                keys=[self.key(window_key(key))],
+                args=[now_ms, int(window * 1000), limit, member])
         allowed, count, oldest = reply
         oldest_s = None if int(oldest) < 0 else int(oldest) / 1000
         return _decision(bool(allowed), limit, int(count), oldest_s, now_ms / 1000, window)
 
     async def get(self, key: str) -> str | None:
-        return await self._client.get(self.key(key))
+        with _redis_outage_is_unavailable():
+            return await self._client.get(self.key(key))
 
     async def set(self, key: str, value: str, *, ttl: float | None = None,
                   only_if_absent: bool = False) -> bool:
         px = int(ttl * 1000) if ttl else None
-        result = await self._client.set(self.key(key), value, px=px,
-                                       condition=coredis.PureToken.NX if only_if_absent else None)
+        with _redis_outage_is_unavailable():
+            result = await self._client.set(
+                self.key(key), value, px=px,
+                condition=coredis.PureToken.NX if only_if_absent else None)
         return bool(result)
 
     async def delete(self, key: str) -> None:
-        await self._client.delete([self.key(key)])
+        with _redis_outage_is_unavailable():
+            await self._client.delete([self.key(key)])
 
     async def publish(self, channel: str, message: str) -> None:
-        await self._client.publish(self.key(channel), message)
+        with _redis_outage_is_unavailable():
+            await self._client.publish(self.key(channel), message)
 
     @asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[_PubSubMessages]:
@@ -322,8 +345,8 @@ class RedisSharedState:
         token = secrets.token_hex(16)
         key = self.key("lock:" + name)
         # A Redis lock is taken by retrying SET NX; no event can tell us it was freed.
-        while not await self._client.set(key, token, px=int(ttl * 1000),  # noqa: ASYNC110
-                                        condition=coredis.PureToken.NX):
+        while not await self.set("lock:" + name, token, ttl=ttl,  # noqa: ASYNC110
+                                 only_if_absent=True):
             await trio.sleep(0.02)
         try:
             yield
