@@ -41,10 +41,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import ExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -57,7 +58,15 @@ from eth_account.messages import encode_defunct
 from quart import Blueprint, Response
 from quart import request as quart_request
 
-from bench.harness import RunningServer, cpu_seconds, flowsvc_server, hello_server, write_json
+from bench.harness import (
+    RunningServer,
+    cpu_seconds,
+    free_port,
+    hello_server,
+    python_module_argv,
+    running_server,
+    write_json,
+)
 from plugins.projects.engine.model_backends import ConversationMessage, ModelTurn, ToolCallRequest
 from plugins.projects.engine.submit import RunRequest, start_run
 from plugins.projects.records.access import find_project
@@ -416,11 +425,27 @@ async def flowsvc_bench_server(gc_tuned: bool, *, redis_url: str | None = None,
         "FLOWSVC_PLUGINS_PROJECTS_STREAMS_PER_CLIENT": "100000",
     }
     with ExitStack() as stack:
-        server = await trio.to_thread.run_sync(stack.enter_context, flowsvc_server(env))
+        server = await trio.to_thread.run_sync(stack.enter_context, _serve(env))
         try:
             yield server
         finally:
             await trio.to_thread.run_sync(stack.close)
+
+
+@contextmanager
+def _serve(env: dict[str, str]) -> Iterator[RunningServer]:
+    """``flowsvc serve`` on a free port with a var dir of its own; up to 90 s to answer (a
+    loaded machine, and two workers start after the migrations)."""
+    with tempfile.TemporaryDirectory(prefix="flowsvc-bench-sse-") as var_dir:
+        port = free_port()
+        argv = python_module_argv("runtime.cli", "--config", os.devnull, "serve",
+                                  "--bind", f"127.0.0.1:{port}")
+        with running_server(argv, base_url=f"http://127.0.0.1:{port}", ready_path="/healthz",
+                            env={"FLOWSVC_SERVICE_VAR_DIR": var_dir,
+                                 "FLOWSVC_SERVICE_LOG_LEVEL": "warning",
+                                 "FLOWSVC_SERVICE_COOKIE_SECURE": "false", **env},
+                            ready_timeout_s=90) as server:
+            yield server
 
 
 async def run(args: argparse.Namespace) -> dict[str, list[Step]]:
