@@ -133,20 +133,21 @@ class Client:
         :raises ApiError: (a subclass by status) for an error answer.
         :raises httpx.TransportError: the service could not be reached.
         """
-        for attempt in range(self._max_rate_retries + 1):
+        retries = 0
+        while True:
             response = self._http.request(method, path, json=json, params=params,
                                           headers=self._headers(headers))
             self._http.cookies.clear()  # the session travels as a bearer token only
             try:
                 _raise_for(response)
             except RateLimited as limited:
-                if attempt == self._max_rate_retries or \
+                if retries == self._max_rate_retries or \
                         limited.retry_after > self._max_retry_after:
                     raise
+                retries += 1
                 self._sleep(limited.retry_after)
                 continue
             return response
-        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def request(self, method: str, path: str, *, json: Any = None,
                 params: Mapping[str, Any] | None = None,

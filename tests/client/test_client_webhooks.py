@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 from flowsvc_client import Client, WebhookSignatureError, verify_webhook
 
-from runtime.server import Running
 from tests.support.server import make_settings, running_server
 from tests.support.wallet import new_wallet
 from tests.support.webhook_receiver import Received, running_receiver
@@ -25,11 +25,13 @@ async def test_deliveries_verify_with_either_secret_while_rotating(tmp_path: Pat
                       plugins=["auth", "webhooks"])
     async with running_server(make_settings(env), env) as running, \
             running_receiver() as receiver:
-        flow = Client(running.base_url)
-        old, new = await trio.to_thread.run_sync(_subscribe_ping_rotate, running, flow,
-                                                 receiver.url())
-        first, second = await receiver.wait_for(2)
-        flow.close()
+        with Client(running.base_url) as flow:
+            webhook = await trio.to_thread.run_sync(_subscribe_and_ping, flow, receiver.url())
+            [first] = await receiver.wait_for(1)  # signed before the rotation
+            rotated = await trio.to_thread.run_sync(flow.rotate_webhook_secret, webhook["id"])
+            await trio.to_thread.run_sync(flow.test_webhook, webhook["id"])
+            first, second = await receiver.wait_for(2)
+    old, new = str(webhook["secret"]), str(rotated["secret"])
     assert verify_webhook(first.body, first.headers, old)["event"] == "webhook.ping"
     with pytest.raises(WebhookSignatureError) as unknown:
         verify_webhook(first.body, first.headers, new)
@@ -40,14 +42,12 @@ async def test_deliveries_verify_with_either_secret_while_rotating(tmp_path: Pat
     _refused(second, new)
 
 
-def _subscribe_ping_rotate(running: Running, flow: Client, url: str) -> tuple[str, str]:
+def _subscribe_and_ping(flow: Client, url: str) -> dict[str, Any]:
     flow.sign_in_with_wallet(new_wallet())
     webhook = flow.create_webhook(url, events=[])
-    flow.test_webhook(webhook["id"])
-    rotated = flow.rotate_webhook_secret(webhook["id"])
-    flow.test_webhook(webhook["id"])
     assert [hook["id"] for hook in flow.webhooks()] == [webhook["id"]]
-    return str(webhook["secret"]), str(rotated["secret"])
+    flow.test_webhook(webhook["id"])
+    return webhook
 
 
 def _refused(delivery: Received, secret: str) -> None:
