@@ -42,7 +42,7 @@ def test_the_try_it_lines_build_a_project_and_print_its_events(tmp_path: Path) -
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         result = subprocess.run(["bash", "-c", "\n".join(rest)], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=120, check=False)
+                                capture_output=True, text=True, timeout=170, check=False)
     finally:
         server.terminate()
         server.wait(timeout=30)

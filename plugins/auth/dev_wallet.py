@@ -125,8 +125,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also register a token with this slug owned by the wallet")
     parser.add_argument("--api-key", metavar="NAME",
                         help="print a new API key with this name instead of the session")
-    parser.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
-                        help="how long to wait for the service to answer (default 30)")
+    parser.add_argument("--wait", type=float, default=90.0, metavar="SECONDS",
+                        help="how long to wait for the service to answer (default 90)")
 
 
 async def _run(service: Service, args: argparse.Namespace) -> int:
