@@ -1,4 +1,5 @@
-"""The client's webhook receiver helper on real deliveries: signature, tolerance, rotation."""
+"""The client's webhook receiver helper on real deliveries: signature, tolerance, rotation;
+and the subscription calls on the same service."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 import trio
-from flowsvc_client import Client, WebhookSignatureError, verify_webhook
+from flowsvc_client import BadRequest, Client, WebhookSignatureError, verify_webhook
 
 from tests.support.server import make_settings, running_server
 from tests.support.wallet import new_wallet
@@ -22,7 +23,7 @@ DOCS_T = 1795860000
 
 async def test_deliveries_verify_with_either_secret_while_rotating(tmp_path: Path) -> None:
     env = webhook_env(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
-                      plugins=["auth", "webhooks"])
+                      plugins=["auth", "webhooks", "chain", "billing"])
     async with running_server(make_settings(env), env) as running, \
             running_receiver() as receiver:
         with Client(running.base_url) as flow:
@@ -47,6 +48,11 @@ def _subscribe_and_ping(flow: Client, url: str) -> dict[str, Any]:
     webhook = flow.create_webhook(url, events=[])
     assert [hook["id"] for hook in flow.webhooks()] == [webhook["id"]]
     flow.test_webhook(webhook["id"])
+    # Subscriptions, while here: none yet, and no payment provider configured in tests.
+    assert flow.subscription()["tier"] == "none"
+    with pytest.raises(BadRequest) as unsupported:
+        flow.checkout("plus", "usdt_bep20")
+    assert unsupported.value.code == "provider_unsupported"
     return webhook
 
 
