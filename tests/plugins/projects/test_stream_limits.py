@@ -20,7 +20,7 @@ from tests.support.projects import (
     serve_projects,
     token_owner,
 )
-from tests.support.sse import follow, open_sse
+from tests.support.sse import SseEvent, follow, open_sse
 
 STALLED = 40
 BIG_READS = 100  # about 4 MB of events: more than the kernel buffers of a stalled reader
@@ -75,44 +75,48 @@ async def until_disconnected(sockets: list[trio.socket.SocketType], timeout: flo
     assert still_connected(sockets) == 0, f"{still_connected(sockets)} still connected"
 
 
-async def test_readers_stuck_past_the_lag_are_cut_off_and_others_get_everything(
-        tmp_path: Path, nursery: trio.Nursery) -> None:
-    model = stalling_run(small_calls=300)  # 600 small events after the stall: lag 500
+@asynccontextmanager
+async def run_with_stalled_readers(tmp_path: Path, nursery: trio.Nursery, *, small_calls: int,
+                                   stalled: int, **settings: str
+                                   ) -> AsyncIterator[tuple[Running, str, list[SseEvent],
+                                                            list[trio.socket.SocketType]]]:
+    """A service with ``settings``, ``stalled`` readers that never read, and a whole
+    ``stalling_run`` that a reader who reads followed: the service, the stream's path, the
+    run's events and the stalled readers' sockets."""
+    model = stalling_run(small_calls)
     base_url = await nursery.start(model.serve)
-    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}", "", None,
                               backend="openai", model_base_url=base_url, model="fake",
-                              subscriber_write_timeout_seconds="3600",
-                              streams_per_client="100") as running, \
-            token_owner(running, "stuck") as http:
+                              **settings) as running, token_owner(running, "stuck") as http:
         slug = (await new_project(http, "stuck"))["slug"]
         path = f"/projects/{slug}/stream"
-        async with stalled_readers(running, path, STALLED) as stalled:
+        async with stalled_readers(running, path, stalled) as sockets:
             await trio.sleep(0.5)
             assert (await http.post(f"/projects/{slug}/start")).status_code == 201
             events, _ = await follow(running.base_url, path, timeout=120)
             assert_well_formed(events)
-            assert events[-1].event == "done" and len(events) > 2 * 300 + 2 * BIG_READS
-            # The run is over: whoever is past the lag now was stuck in a write during it.
-            await until_disconnected(stalled, timeout=30)
+            assert events[-1].event == "done"
+            yield running, path, events, sockets
+
+
+async def test_readers_stuck_past_the_lag_are_cut_off_and_others_get_everything(
+        tmp_path: Path, nursery: trio.Nursery) -> None:
+    # 600 small events after the stall: past the lag of 500.
+    async with run_with_stalled_readers(tmp_path, nursery, small_calls=300, stalled=STALLED,
+                                        subscriber_write_timeout_seconds="3600",
+                                        streams_per_client="100") as (_, _, events, stalled):
+        assert len(events) > 2 * 300 + 2 * BIG_READS
+        # The run is over: whoever is past the lag now was stuck in a write during it.
+        await until_disconnected(stalled, timeout=30)
 
 
 async def test_a_write_that_never_finishes_is_cut_off_after_the_timeout(
         tmp_path: Path, nursery: trio.Nursery) -> None:
-    model = stalling_run(small_calls=0)
-    base_url = await nursery.start(model.serve)
-    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
-                              backend="openai", model_base_url=base_url, model="fake",
-                              subscriber_write_timeout_seconds="1",
-                              subscriber_max_lag="100000") as running, \
-            token_owner(running, "slow") as http:
-        slug = (await new_project(http, "slow"))["slug"]
-        path = f"/projects/{slug}/stream"
-        async with stalled_readers(running, path, 2) as stalled:
-            await trio.sleep(0.5)
-            assert (await http.post(f"/projects/{slug}/start")).status_code == 201
-            events, _ = await follow(running.base_url, path, timeout=120)
-            assert events[-1].event == "done"
-            await until_disconnected(stalled, timeout=30)
+    async with run_with_stalled_readers(tmp_path, nursery, small_calls=0, stalled=2,
+                                        subscriber_write_timeout_seconds="1",
+                                        subscriber_max_lag="100000"
+                                        ) as (running, path, events, stalled):
+        await until_disconnected(stalled, timeout=30)
         # A reader who reads is never cut off, however long the stream stays open.
         async with open_sse(running.base_url, path, {"Last-Event-ID": "0"}) as reader:
             replay = await reader.until("done")
