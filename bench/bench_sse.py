@@ -39,6 +39,7 @@ import gc
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -103,10 +104,17 @@ class Step:
     samples: int
     expected: int
     cut_off: int
+    seconds: float
     server_cpu: float
     """CPU seconds the server's processes used per second of the window (1.0: one core)."""
     timed_per_s: float
     """Timed events published per second of the window (the publisher's real pace)."""
+
+    @property
+    def cpu_us_per_delivery(self) -> float:
+        """Server CPU per timed event delivered to one subscriber (µs): what one more
+        subscriber costs, whatever else loads the machine."""
+        return self.server_cpu * 1e6 / (self.samples / self.seconds) if self.samples else 0.0
 
     @property
     def within(self) -> bool:
@@ -241,11 +249,11 @@ async def measure(server: RunningServer, path: str, count: int, seconds: float,
             await process.wait()
     samples = sum(histogram.values())
     if not samples:
-        return Step(count, float("inf"), float("inf"), 0, 1, cut_off, server_cpu, 0.0)
+        return Step(count, float("inf"), float("inf"), 0, 1, cut_off, seconds, server_cpu, 0.0)
     # Every subscriber should have every event of the window: as many as the one with most
     # (the publisher's own pace is not the fan-out's to answer for).
     return Step(count, percentile(histogram, 0.5), percentile(histogram, 0.99), samples,
-                count * most, cut_off, server_cpu, most / seconds)
+                count * most, cut_off, seconds, server_cpu, most / seconds)
 
 
 async def sweep(name: str, counts: Sequence[int], budget_ms: float,
@@ -258,7 +266,8 @@ async def sweep(name: str, counts: Sequence[int], budget_ms: float,
         steps.append(step)
         print(f"{name:>8} K={count:5d}  p50 {step.p50_ms:8.1f} ms  p99 {step.p99_ms:8.1f} ms  "
               f"samples {step.samples}/{step.expected}  cut off {step.cut_off}  "
-              f"timed/s {step.timed_per_s:.1f}  server CPU {step.server_cpu:.2f}", flush=True)
+              f"timed/s {step.timed_per_s:.1f}  server CPU {step.server_cpu:.2f}  "
+              f"CPU/delivery {step.cpu_us_per_delivery:.0f} us", flush=True)
         misses = 0 if step.within and step.p99_ms < budget_ms else misses + 1
         if misses == 2:
             break
@@ -514,8 +523,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = {name: largest_within(steps, args.budget_ms) for name, steps in results.items()}
     print(f"largest K with p99 under {args.budget_ms:g} ms: "
           + ", ".join(f"{name} {count}" for name, count in summary.items()))
+    cpu = {name: statistics.median(step.cpu_us_per_delivery for step in steps)
+           for name, steps in results.items() if steps}
     print("ratios: " + ", ".join(f"{name} {value:.2f}"
                                  for name, value in ratios(summary).items()))
+    print("server CPU per delivery (median over K): "
+          + ", ".join(f"{name} {value:.0f} us" for name, value in cpu.items()))
     path = write_json(args.json, {
         "command": " ".join(["python -m bench.bench_sse", *arguments]),
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -524,7 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_average": [load_before, os.getloadavg()[0]],
         "budget_ms": args.budget_ms, "largest_k_within_budget": summary,
         "ratios": ratios(summary),
-        "steps": {name: [asdict(step) for step in steps] for name, steps in results.items()},
+        "cpu_us_per_delivery": cpu,
+        "steps": {name: [{**asdict(step), "cpu_us_per_delivery": step.cpu_us_per_delivery}
+                         for step in steps] for name, steps in results.items()},
     })
     print(f"results written to {path}")
     return 0
