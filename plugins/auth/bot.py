@@ -7,13 +7,15 @@ linked messaging identity get one ``sendMessage`` each through the messaging pla
 Bot API (Telegram's shape, over httpx). A failed send (network error, 5xx, 429 with its
 ``retry_after``) is retried with exponential backoff up to ``bot_send_attempts`` times; a
 refused one (another 4xx, such as a user who blocked the bot) is logged and dropped.
-Senders never wait: they cast, and sending happens in the actor's own tasks.
+Senders never wait: they cast, and sending happens in the actor's own tasks. A database
+outage holds messages in the mailbox (1,024) until the users' chats can be read again.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from functools import partial
 from typing import Any
 
 import httpx
@@ -22,6 +24,7 @@ from sqlalchemy import Connection, select
 
 from plugins.auth.settings import AuthSettings
 from runtime.actors import ActorSpec, Mailbox
+from runtime.backoff import until_available
 from runtime.contracts.messenger import MESSENGER_ACTOR, MessageUser
 from runtime.service import Service
 from runtime.users import users
@@ -122,11 +125,13 @@ def messenger_actor(service: Service, settings: AuthSettings) -> ActorSpec:
                         raise TypeError(f"{MESSENGER_ACTOR} does not understand {message!r}")
                     if not settings.bot_token or not message.user_ids:
                         continue
-                    try:
-                        chats = await service.db.read(chats_of, message.user_ids)
+                    try:  # a database outage holds the message until it is back
+                        chats = await until_available(
+                            partial(service.db.read, chats_of, message.user_ids),
+                            what="reading the chats of a message's users", log=log)
                     except Exception:  # one message that cannot be sent must not stop the rest
-                        log.warning("message to %d users not sent: their chats could not be "
-                                    "read", len(message.user_ids), exc_info=True)
+                        log.exception("message to %d users not sent: their chats could not "
+                                      "be read", len(message.user_ids))
                         continue
                     for chat in chats:
                         nursery.start_soon(deliver, bot, limiter, chat, message.text)
