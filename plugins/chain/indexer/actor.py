@@ -101,6 +101,7 @@ class ChainIndexer:
                 try:
                     await self.lead()
                 except LeaseLost as error:
+                    self.status.state = "standby"
                     log.warning("chain %s: %s", self.chain.name, error)
                 except DeepReorg as error:
                     self.status.state = "stopped"
@@ -125,7 +126,6 @@ class ChainIndexer:
         """Take the lease, then index until something stops it."""
         self.cursor = await self.acquire()
         await self.prepare()
-        self.status.state = "indexing"
         while True:
             progressed = await self.advance()
             self.status.waiting = None
@@ -142,6 +142,7 @@ class ChainIndexer:
                 self.renewed_at = trio.current_time()
                 if self.status.state != "indexing":
                     log.info("chain %s: this process indexes the chain", self.chain.name)
+                    self.status.state = "indexing"
                 return cursor
             self.status.state = "standby"
             await trio.sleep(self.lease_seconds / 3)
