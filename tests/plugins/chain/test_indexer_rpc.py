@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 from eth_account.signers.local import LocalAccount
 
-from plugins.chain.indexed import token_counters
+from plugins.chain.indexed import indexed_head, token_counters
 from runtime.service import Service
 from tests.support.chain.actions import buy, join, mine
 from tests.support.chain.anvil import Anvil
@@ -129,3 +129,39 @@ async def _settled(chain: Chain, service: Service, dpnm: Dpnm) -> None:
     counters = await service.db.read(token_counters, chain.chain_id, dpnm.instance.address)
     assert (counters.total_tree_positions, counters.lifetime_fees_usdt) == \
         (expected.tree_positions, expected.fees_usdt)
+
+
+async def test_a_restart_in_the_middle_of_history_loses_and_doubles_nothing(
+        tmp_path: Path, anvil: Anvil, deployment: Deployment, chain: Chain) -> None:
+    """History in ranges of 2 blocks (the proxy refuses more); the service stops after a few
+    ranges committed and a new one resumes from the cursor."""
+    start = await head_number(chain.rpc) + 1
+    dpnm = await launch_dpnm(chain, deployment.platform)
+    users = [await join(dpnm, dpnm.root.address, usdt=500 * UNIT, months=1) for _ in range(4)]
+    for user in users:
+        await buy(dpnm, user, 20 * UNIT)
+    last = await head_number(chain.rpc)
+    await mine(chain.rpc, 2)
+    database = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    async with running_proxy(anvil.url) as proxy:
+        proxy.logs_range_limit = 2
+        entries = [chain_entry(deployment.platform, [proxy.url], start_block=start,
+                               instance=dpnm.instance.address)]
+        async with indexing(tmp_path / "var", database, entries) as (running, _):
+            await until_final(running.service, chain.chain_id, start + 4)
+            proxy.http_status = 502  # no further range before the stop
+        assert await _final(running.service, chain.chain_id) < last  # stopped mid-history
+        proxy.http_status = None
+        async with indexing(tmp_path / "var", database, entries) as (running, _):
+            await _settled(chain, running.service, dpnm)
+            expected = await expected_of(dpnm, last)
+            counters = await running.service.db.read(token_counters, chain.chain_id,
+                                                     dpnm.instance.address)
+            assert counters.total_active_positions == 4
+            assert counters.lifetime_fees_usdt == expected.fees_usdt == 16 * UNIT
+
+
+async def _final(service: Service, chain_id: int) -> int:
+    head = await service.db.read(indexed_head, chain_id)
+    assert head is not None and head.final_number is not None
+    return head.final_number
