@@ -6,5 +6,5 @@ payment history), the providers' inbound callbacks (``/billing/webhooks/<provide
 internal clock and payment list, the ``billing_*`` tables, the ``billing.scheduler`` actor
 (renewals, grace, retries, lapses), the ``flowsvc_user_features`` flags of the tier table
 and the ``usdt_bep20`` treasury watch of the chain contract. Subscriptions grant no FLOW.
-It also declares the events of the deprecated payouts. ``docs/billing.md`` describes it all.
+``docs/billing.md`` describes it all.
 """
