@@ -56,6 +56,7 @@ def service_env(var_dir: Path, args: argparse.Namespace) -> dict[str, str]:
         "FLOWSVC_SERVICE_VAR_DIR": str(var_dir),
         "FLOWSVC_SERVICE_LOG_LEVEL": args.log_level,
         "FLOWSVC_SERVICE_WORKERS": "1",
+        "FLOWSVC_SERVICE_COOKIE_SECURE": "false",  # the session cookie travels over plain HTTP
         "FLOWSVC_DATABASE_URL": args.database_url,
         "FLOWSVC_REDIS_URL": args.redis_url,
         "FLOWSVC_REDIS_PREFIX": f"flowsvc-bench-{os.getpid()}:",
