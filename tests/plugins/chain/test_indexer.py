@@ -17,10 +17,16 @@ from plugins.chain.indexed import earned_by_level, token_counters
 from plugins.chain.tables import tokens
 from tests.support.billing import billing_stack, subscription, until_subscription
 from tests.support.chain.actions import buy, claim_gwt, extend_tree, join, mine, sell
-from tests.support.chain.anvil import Anvil, running_anvil
+from tests.support.chain.anvil import Anvil
 from tests.support.chain.contracts import Chain, open_chain
-from tests.support.chain.deploy import Deployment, deploy_stack, launch_dpnm
-from tests.support.chain.indexing import expected_of, head_number, indexing, until_final
+from tests.support.chain.deploy import Deployment, launch_dpnm
+from tests.support.chain.indexing import (
+    deployed_anvil,
+    expected_of,
+    head_number,
+    indexing,
+    until_final,
+)
 from tests.support.chain.service import chain_entry, chains_env
 from tests.support.projects import eventually
 from tests.support.server import client
@@ -31,31 +37,23 @@ OTHER_CHAIN_ID = 4242
 
 
 @pytest.fixture(scope="module")
-def other_anvil() -> Iterator[Anvil]:
-    with running_anvil(OTHER_CHAIN_ID) as node:
-        yield node
-
-
-async def _deploy(url: str) -> Deployment:
-    async with open_chain(url) as chain:
-        return await deploy_stack(chain)
-
-
-@pytest.fixture(scope="module")
-def other_deployment(other_anvil: Anvil) -> Deployment:
-    return trio.run(_deploy, other_anvil.url)
+def other() -> Iterator[tuple[Anvil, Deployment]]:
+    """A second chain, with another id."""
+    with deployed_anvil(OTHER_CHAIN_ID) as pair:
+        yield pair
 
 
 async def test_two_chains_are_indexed_as_their_contracts_say(
-        tmp_path: Path, anvil: Anvil, deployment: Deployment, other_anvil: Anvil,
-        other_deployment: Deployment, chain: Chain) -> None:
+        tmp_path: Path, anvil: Anvil, deployment: Deployment,
+        other: tuple[Anvil, Deployment], chain: Chain) -> None:
+    other_anvil, other_deployment = other
     dpnm = await launch_dpnm(chain, deployment.platform)
     root = dpnm.root.address
     first = await join(dpnm, root, usdt=1_000 * UNIT, months=1)
     second = await join(dpnm, first.address, usdt=1_000 * UNIT, months=2)
     third = await join(dpnm, second.address, usdt=500 * UNIT)
-    async with open_chain(other_anvil.url) as other:
-        other_dpnm = await launch_dpnm(other, other_deployment.platform)
+    async with open_chain(other_anvil.url) as other_chain:
+        other_dpnm = await launch_dpnm(other_chain, other_deployment.platform)
         other_user = await join(other_dpnm, other_dpnm.root.address, usdt=100 * UNIT)
         await buy(other_dpnm, other_user, 40 * UNIT)
         entries = [chain_entry(deployment.platform, [anvil.url], instance=dpnm.instance.address),
@@ -72,9 +70,9 @@ async def test_two_chains_are_indexed_as_their_contracts_say(
             sold = await sell(dpnm, third, await dpnm.flow.call("balanceOf", third.address) // 3)
             last = await head_number(chain.rpc)
             await mine(chain.rpc, 2)  # finality_depth 2: everything above is final now
-            await mine(other.rpc, 2)
+            await mine(other_chain.rpc, 2)
             await until_final(service, chain.chain_id, last)
-            await until_final(service, OTHER_CHAIN_ID, await head_number(other.rpc) - 2)
+            await until_final(service, OTHER_CHAIN_ID, await head_number(other_chain.rpc) - 2)
 
             expected = await expected_of(dpnm, last)
             counters = await service.db.read(token_counters, chain.chain_id,

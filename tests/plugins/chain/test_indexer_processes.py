@@ -21,10 +21,10 @@ from plugins.chain.state import CHAIN
 from plugins.chain.tables import cursors
 from tests.support.backends import POSTGRES_URL, REDIS_URL, postgres_schema
 from tests.support.chain.actions import buy, join, mine, sell
-from tests.support.chain.anvil import Anvil, running_anvil
-from tests.support.chain.contracts import Chain, open_chain
-from tests.support.chain.deploy import Deployment, deploy_stack, launch_dpnm
-from tests.support.chain.indexing import expected_of, head_number
+from tests.support.chain.anvil import Anvil
+from tests.support.chain.contracts import Chain
+from tests.support.chain.deploy import Deployment, launch_dpnm
+from tests.support.chain.indexing import deployed_anvil, expected_of, head_number
 from tests.support.chain.service import chain_entry, chains_env
 from tests.support.projects import eventually
 from tests.support.server import free_port, make_settings, running_server
@@ -37,19 +37,10 @@ OTHER_CHAIN_ID = 4343
 
 
 @pytest.fixture(scope="module")
-def other_anvil() -> Iterator[Anvil]:
-    with running_anvil(OTHER_CHAIN_ID) as node:
-        yield node
-
-
-async def _deploy(url: str) -> Deployment:
-    async with open_chain(url) as chain:
-        return await deploy_stack(chain)
-
-
-@pytest.fixture(scope="module")
-def other_deployment(other_anvil: Anvil) -> Deployment:
-    return trio.run(_deploy, other_anvil.url)
+def other() -> Iterator[tuple[Anvil, Deployment]]:
+    """A second chain, with another id."""
+    with deployed_anvil(OTHER_CHAIN_ID) as pair:
+        yield pair
 
 
 async def _states(base: str) -> dict[str, str]:
@@ -60,8 +51,9 @@ async def _states(base: str) -> dict[str, str]:
 
 @pytest.mark.postgres
 async def test_two_processes_one_indexer_per_chain_each_event_once(
-        tmp_path: Path, anvil: Anvil, deployment: Deployment, other_anvil: Anvil,
-        other_deployment: Deployment, chain: Chain) -> None:
+        tmp_path: Path, anvil: Anvil, deployment: Deployment,
+        other: tuple[Anvil, Deployment], chain: Chain) -> None:
+    other_anvil, other_deployment = other
     assert POSTGRES_URL, ("this test needs FLOWSVC_TEST_POSTGRES_URL (deselect it with "
                           "-m 'not postgres')")
     dpnm = await launch_dpnm(chain, deployment.platform)

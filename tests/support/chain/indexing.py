@@ -3,8 +3,8 @@ say the indexed counters should be."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,12 +15,27 @@ from plugins.chain.indexed import IndexedHead, indexed_head
 from plugins.chain.state import CHAIN
 from runtime.server import Running
 from runtime.service import Service
-from tests.support.chain.deploy import Dpnm
+from tests.support.chain.anvil import Anvil, running_anvil
+from tests.support.chain.contracts import open_chain
+from tests.support.chain.deploy import Deployment, Dpnm, deploy_stack
 from tests.support.chain.rpc import Rpc
 from tests.support.chain.service import chains_env
 from tests.support.projects import EventRecorder
 from tests.support.server import make_settings, running_server
 from tests.support.tokens import chain_env
+
+
+@contextmanager
+def deployed_anvil(chain_id: int) -> Iterator[tuple[Anvil, Deployment]]:
+    """An anvil of ``chain_id`` with the reference stack deployed (in a Trio run of its own,
+    for module-scoped fixtures): a second chain beside the module's ``anvil``."""
+    with running_anvil(chain_id) as node:
+        yield node, trio.run(_deploy, node.url)
+
+
+async def _deploy(url: str) -> Deployment:
+    async with open_chain(url) as chain:
+        return await deploy_stack(chain)
 
 
 def indexer_env(var_dir: Path, database_url: str, chains: Sequence[dict[str, Any]],
