@@ -92,6 +92,13 @@ class PayloadTooLarge(ServiceError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(ServiceError):
+    """Raised when a JSON route gets a body whose ``Content-Type`` is not JSON."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
 class IdempotencyKeyReused(ServiceError):
     """Raised when an ``Idempotency-Key`` is repeated with a different request."""
 

@@ -4,9 +4,10 @@ Every JSON body is read by ``parse_json_body`` (through ``FlowsvcRequest.get_jso
 quart-schema's ``validate_request`` calls): UTF-8 only, no byte order mark, no ``NaN`` or
 ``Infinity``, at most ``MAX_DEPTH`` levels of nesting and no NUL character in any string
 (PostgreSQL cannot store one). Anything else is a 400 ``invalid_request`` naming what is
-wrong, never a 500. Text fields that people read (names, titles) use ``Label`` or
-``Text``; integer path ids use the ``int`` converter bounded to a signed 64-bit integer,
-so an id that cannot exist is a 404 instead of an overflow in the database.
+wrong, never a 500; a body sent with another ``Content-Type`` is a 415. Text fields that
+people read (names, titles) use ``Label`` or ``Text``; integer path ids use the ``int``
+converter bounded to a signed 64-bit integer, so an id that cannot exist is a 404 instead
+of an overflow in the database.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from quart_trio.wrappers.request import TrioRequest
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import IntegerConverter
 
-from runtime.errors import InvalidRequest
+from runtime.errors import InvalidRequest, UnsupportedMediaType
 
 MAX_DEPTH = 64
 MAX_ID = 2**63 - 1
@@ -92,7 +93,11 @@ class FlowsvcRequest(TrioRequest):
         if cache and self._cached_json[silent] is not Ellipsis:
             return self._cached_json[silent]
         if not (force or self.is_json):
-            return None
+            if silent or not await self.get_data(cache=True, as_text=False,
+                                                 parse_form_data=False):
+                return None  # no body: the route's validation names what is missing
+            raise UnsupportedMediaType(
+                f"the request body must be application/json, not {self.mimetype or 'untyped'}")
         raw = await self.get_data(cache=cache, as_text=False, parse_form_data=False)
         try:
             result = parse_json_body(raw)

@@ -13,10 +13,10 @@ quart-schema builds the paths from the routes (their bodies, queries and success
   (``#/components/schemas/Error``) and lists its codes. Some statuses come with every
   request (``COMMON``: bad input, bad credentials, the spend cap, limits, outages), some
   with what the route takes (a path id: 404; a write: 413 and the ``Idempotency-Key``
-  answers), the rest from the ``ServiceError`` classes the view's code names, followed
-  through the module-level functions it calls. ``answers`` declares, next to a route, what
-  that reading cannot see (an error raised in a method of some object, a success without a
-  JSON model such as 204 or a stream).
+  answers; a JSON body: 415), the rest from the ``ServiceError`` classes the view's code
+  names, followed through the module-level functions it calls. ``answers`` declares,
+  next to a route, what that reading cannot see (an error raised in a method of some
+  object, a success without a JSON model such as 204 or a stream).
 
 Fields whose values the service decides at start (``DYNAMIC_ENUMS``) become enums of
 those values. The document is built once per app and cached.
@@ -94,6 +94,8 @@ COMMON: tuple[type[ServiceError], ...] = (
 # What a write can be answered: a body over the limit, Idempotency-Key conflicts.
 WRITES: tuple[type[ServiceError], ...] = (
     errors.PayloadTooLarge, errors.IdempotencyInProgress, errors.IdempotencyKeyReused)
+# What a route that reads a JSON body can be answered besides: a body of another type.
+BODIES: tuple[type[ServiceError], ...] = (errors.UnsupportedMediaType,)
 _RESPONSE_HEADERS: dict[int, dict[str, Any]] = {
     429: {"Retry-After": {"description": "seconds to wait before trying again",
                           "required": True, "schema": {"type": "string"}}},
@@ -291,6 +293,8 @@ class ServiceOpenAPI(OpenAPIProvider):
         raised = set(reading.errors) | set(COMMON)
         if method in WRITE_METHODS:
             raised |= set(WRITES)
+        if "requestBody" in operation:
+            raised |= set(BODIES)
         if rule.arguments:
             raised.add(errors.NotFound)
         responses = operation["responses"] = {

@@ -21,23 +21,26 @@ COMMON_STATUSES = {"400", "401", "402", "429", "503"}
 WRITE_STATUSES = {"409", "413", "422"}
 
 
-async def _fetch_document(tmp_path: Path) -> tuple[dict[str, Any], httpx.Response]:
+async def _fetch_document(tmp_path: Path) -> tuple[dict[str, Any], dict[str, httpx.Response]]:
     env = settings_env(tmp_path / "var", database_url=f"sqlite:///{tmp_path / 'flowsvc.db'}",
                        plugins=PLUGINS)
     async with running_server(make_settings(env), env) as running, client(running) as http:
         document = (await http.get("/openapi.json")).json()
-        not_allowed = await http.put("/me/api-keys", json={})
-    return document, not_allowed
+        answers = {"not allowed": await http.put("/me/api-keys", json={}),
+                   "not JSON": await http.post("/auth/nonce", content=b"address=0x1",
+                                               headers={"Content-Type": "text/plain"})}
+    return document, answers
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], httpx.Response]:
-    """The document, and the answer to a method a path does not take (one service start)."""
+def served(tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[dict[str, Any], dict[str, httpx.Response]]:
+    """The document, and answers to requests the document declares (one service start)."""
     return trio.run(_fetch_document, tmp_path_factory.mktemp("openapi"))
 
 
 @pytest.fixture(scope="module")
-def document(served: tuple[dict[str, Any], httpx.Response]) -> dict[str, Any]:
+def document(served: tuple[dict[str, Any], dict[str, httpx.Response]]) -> dict[str, Any]:
     return served[0]
 
 
@@ -113,8 +116,8 @@ def test_enums_path_templates_and_bodies(document: dict[str, Any]) -> None:
 
 
 def test_a_method_a_path_does_not_take_is_405_with_allow(
-        served: tuple[dict[str, Any], httpx.Response]) -> None:
-    answer = served[1]
+        served: tuple[dict[str, Any], dict[str, httpx.Response]]) -> None:
+    answer = served[1]["not allowed"]
     assert answer.status_code == 405
     assert answer.json()["error"]["code"] == "method_not_allowed"
     assert {"GET", "POST"} <= {method.strip() for method in answer.headers["Allow"].split(",")}
@@ -145,3 +148,13 @@ def test_a_view_is_read_through_the_functions_it_calls() -> None:
     reading = read_view(_view)
     assert reading.caller == "user"
     assert reading.errors >= {Conflict, NotFound}
+
+
+def test_a_body_that_is_not_json_is_415_as_declared(
+        served: tuple[dict[str, Any], dict[str, httpx.Response]]) -> None:
+    document, answers = served
+    answer = answers["not JSON"]
+    assert answer.status_code == 415
+    assert answer.json()["error"]["code"] == "unsupported_media_type"
+    assert "unsupported_media_type" in \
+        document["paths"]["/auth/nonce"]["post"]["responses"]["415"]["description"]
