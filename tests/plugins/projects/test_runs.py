@@ -217,7 +217,7 @@ async def test_a_run_started_through_the_api_as_the_marketplace_would(
         assert run.reason == "tool call 'write_file' was refused: insufficient FLOW balance"
         assert charged == ["write_file", "git_commit"]
         assert (tmp_path / "agent-run" / "report.md").is_file()
-        subscription, lost = await subscribe(service, "agent-run-7", "0", None)
+        subscription, lost = await subscribe(service, "agent-run-7", "0", None, 15.0)
         frames = subscription.take().decode()
         assert lost is None
         assert frames.count("event: tool_call") == 2
