@@ -7,7 +7,7 @@ Views are module-level functions on ``blueprint``; they find the service with
 from __future__ import annotations
 
 import trio
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_request
 from sqlalchemy import Connection, insert
@@ -39,6 +39,8 @@ ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
 
 
 class NonceRequest(Body):
+    model_config = ConfigDict(json_schema_extra={
+        "examples": [{"address": "0x52908400098527886e0f7030069857d2e4169ee7"}]})
     address: str = Field(pattern=ADDRESS_PATTERN, description="EVM address, 0x-prefixed")
 
 
@@ -61,6 +63,7 @@ class MessengerRequest(Body):
 
 
 class AccessCodeRequest(Body):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"code": "WELCOME-7QX4"}]})
     code: str = Field(min_length=1, max_length=128)
 
 
