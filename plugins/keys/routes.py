@@ -45,7 +45,9 @@ FlowAmount = str | int | float | None
 
 
 class CreateKey(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"name": "ci deploys", "rate_limit_rpm": 60, "spend_limit_flow": "25.000000",
+         "spend_period": "month"}]})
     name: Label = NAME
     rate_limit_rpm: StrictInt = Field(DEFAULT_RATE_LIMIT_RPM, ge=0)
     spend_limit_flow: FlowAmount = Field(None, description="decimal string; omitted: no cap")
