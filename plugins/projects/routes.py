@@ -58,7 +58,10 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\r?\n")
 class CreateProjectRequest(BaseModel):
     """``POST /projects``; unknown fields are refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"tokenSlug": "moon", "title": "Moon landing page", "brief": "A one-page site for "
+         "the MOON token: what it is, how to buy it, and a live price chart.",
+         "agentTemplate": "fullstack-builder", "private": False}]})
     tokenSlug: str = Field(pattern=SLUG_PATTERN, description="slug of a token you own")
     title: str = Field(min_length=1, max_length=120)
     brief: str = Field(min_length=1, max_length=4000,
