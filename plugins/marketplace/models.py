@@ -42,6 +42,10 @@ class _Body(BaseModel):
 class CreateAgentRequest(_Body):
     """``POST /agents``: a draft agent (publish it to list it)."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"name": "Token researcher", "description": "Writes a sourced report on a token.",
+         "agentTemplate": "research-agent", "tags": ["research", "defi"]}]})
+
     name: Name
     description: Description
     agentTemplate: str = Field(min_length=1, max_length=64,
@@ -106,6 +110,9 @@ class RatingRequest(_Body):
 
 class RunRequest(_Body):
     """``POST /agents/:slug/runs``: the caller's own brief."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"brief": "Compare the fee models of the three largest DEXes on BNB Chain."}]})
 
     brief: str = Field(min_length=1, max_length=4000)
 
