@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_querystring, validate_request
 from sqlalchemy import Connection
@@ -43,12 +43,16 @@ OUTCOMES = ("granted", "duplicate", "late", "short", "over", "unmatched", "confl
 
 
 class CheckoutRequest(Body):
-    tier: str = Field(max_length=32, description="plus, pro or max")
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"tier": "pro", "provider": "crypto_bot"}]})
+    tier: str = Field(max_length=32, description="plus, pro or max",
+                      json_schema_extra={"enum": list(TIERS)})
     provider: str = Field(max_length=32, description="crypto_bot, gateway or usdt_bep20")
 
 
 class ChangeRequest(Body):
-    tier: str = Field(max_length=32, description="plus, pro or max")
+    tier: str = Field(max_length=32, description="plus, pro or max",
+                      json_schema_extra={"enum": list(TIERS)})
 
 
 class ClockRequest(Body):
