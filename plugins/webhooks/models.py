@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 DeliveryState = Literal["pending", "delivered", "failed"]
 
 
 class CreateWebhookRequest(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"url": "https://hooks.example.com/flowsvc", "events": ["subscription.granted"]}]})
     url: str = Field(min_length=1, max_length=2048,
                      description="https URL that receives the signed POSTs")
     events: list[str] = Field(max_length=100, description="event names; [] means every event "
