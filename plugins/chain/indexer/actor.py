@@ -118,9 +118,17 @@ class ChainIndexer:
                     await trio.sleep(self.backoff)
                     self.backoff = min(self.backoff * 2, BACKOFF_MAX)
         finally:
+            # Give the chain back at once rather than after the lease runs out; a database
+            # that is down now leaves that to the expiry.
             with trio.move_on_after(2) as cleanup:
                 cleanup.shield = True
-                await self.service.db.write(store.release_lease, self.chain.id, self.owner)
+                try:
+                    await self.service.db.write(store.release_lease, self.chain.id, self.owner)
+                except Exception as error:
+                    if not is_outage(error):
+                        raise
+                    log.warning("chain %s: the lease is left to expire: %s", self.chain.name,
+                                error)
 
     async def lead(self) -> None:
         """Take the lease, then index until something stops it."""

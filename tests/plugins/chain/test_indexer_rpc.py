@@ -11,6 +11,7 @@ import trio
 from eth_account.signers.local import LocalAccount
 
 from plugins.chain.indexed import indexed_head, token_counters
+from plugins.chain.state import CHAIN
 from runtime.service import Service
 from tests.support.chain.actions import buy, join, mine
 from tests.support.chain.anvil import Anvil
@@ -19,6 +20,7 @@ from tests.support.chain.deploy import Deployment, Dpnm, launch_dpnm
 from tests.support.chain.indexing import expected_of, head_number, indexing, until_final
 from tests.support.chain.rpc_proxy import RpcProxy, running_proxy
 from tests.support.chain.service import chain_entry
+from tests.support.projects import eventually
 from tests.support.server import client
 
 UNIT = 10**18
@@ -149,7 +151,16 @@ async def test_a_restart_in_the_middle_of_history_loses_and_doubles_nothing(
                                instance=dpnm.instance.address)]
         async with indexing(tmp_path / "var", database, entries) as (running, _):
             await until_final(running.service, chain.chain_id, start + 4)
-            proxy.http_status = 502  # no further range before the stop
+            proxy.http_status = 502  # the only URL down: an outage, waited out, not a crash
+            status = running.service.state(CHAIN).indexers[chain.chain_id]
+
+            async def waiting() -> bool:
+                return status.waiting is not None and "no RPC URL answered" in status.waiting
+
+            await eventually(waiting)
+            assert status.state == "indexing"
+            assert not running.service.metrics.registry.get_sample_value(
+                "flowsvc_actor_restarts_total", {"actor": f"chain.indexer.chain{chain.chain_id}"})
         assert await _final(running.service, chain.chain_id) < last  # stopped mid-history
         proxy.http_status = None
         async with indexing(tmp_path / "var", database, entries) as (running, _):
