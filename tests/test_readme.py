@@ -1,22 +1,24 @@
 """README.md's "Try it" runs as written: from ``make serve`` to a finished build's events.
 
 The lines are read from README.md itself, so they cannot drift from what is tested. The
-first one, ``make serve &``, is what this test does itself (``flowsvc serve`` with the
-repository's config.toml, as the Makefile runs it, on the embedded default); every other
-line runs unchanged in bash, in the repository, with two environment variables that put
-the service's ``var/`` in a temporary directory and its port on a free one (the lines read
-both from the service's configuration, through ``flowsvc dev-wallet``).
+first one, ``make serve &``, is what this test does itself: it serves the repository's
+config.toml (what ``make serve`` runs, on the embedded default) in this process, which
+saves a Python start on a loaded machine. Every other line runs unchanged in bash, in the
+repository, with two environment variables: the service's ``var/`` in a temporary
+directory and its ``public_url`` on the port it got (the lines read both from the
+service's configuration, through ``flowsvc dev-wallet``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.server import ROOT, free_port
+import trio
+
+from runtime.config import load_settings
+from tests.support.server import ROOT, running_server
 
 SERVE_LINE = "make serve &"
 
@@ -30,25 +32,24 @@ def try_it_lines() -> list[str]:
     return block.group(1).splitlines()
 
 
-def test_the_try_it_lines_build_a_project_and_print_its_events(tmp_path: Path) -> None:
+async def test_the_try_it_lines_build_a_project_and_print_its_events(tmp_path: Path) -> None:
     first, *rest = try_it_lines()
     assert first.split("#")[0].strip() == SERVE_LINE
-    port = free_port()
-    env = {**os.environ, "FLOWSVC_SERVICE_VAR_DIR": str(tmp_path / "var"),
-           "FLOWSVC_SERVICE_BIND": f"127.0.0.1:{port}", "FLOWSVC_SERVICE_LOG_LEVEL": "warning"}
-    for inherited in ("FLOWSVC_DATABASE_URL", "FLOWSVC_REDIS_URL"):
-        env.pop(inherited, None)  # the embedded default, whatever the caller's shell sets
-    server = subprocess.Popen([sys.executable, "-m", "runtime.cli", "serve"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        result = subprocess.run(["bash", "-c", "\n".join(rest)], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=170, check=False)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"signed in at http://127.0.0.1:{port}" in result.stderr
-    printed = [line.split(" ", 2) for line in result.stdout.splitlines()]
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("FLOWSVC_DATABASE_URL", "FLOWSVC_REDIS_URL")}  # embedded default
+    env.update(FLOWSVC_SERVICE_VAR_DIR=str(tmp_path / "var"), FLOWSVC_SERVICE_LOG_LEVEL="warning")
+    settings = load_settings(ROOT / "config.toml", env)
+    assert settings.embedded
+    async with running_server(settings, env) as running:
+        env["FLOWSVC_SERVICE_PUBLIC_URL"] = running.base_url
+        with trio.fail_after(170):
+            result = await trio.run_process(["bash", "-c", "\n".join(rest)], cwd=ROOT, env=env,
+                                            capture_stdout=True, capture_stderr=True,
+                                            check=False)
+    stdout, stderr = result.stdout.decode(), result.stderr.decode()
+    assert result.returncode == 0, stderr[-3000:]
+    assert f"signed in at {running.base_url}" in stderr
+    printed = [line.split(" ", 2) for line in stdout.splitlines()]
     assert [int(event_id) for event_id, _, _ in printed] == list(range(1, len(printed) + 1))
     names = [name for _, name, _ in printed]
     assert names[0] == "plan" and "commit" in names and names.count("done") == 1
