@@ -84,6 +84,9 @@ def _scenario(running: Running, private_key: str, access_code: str) -> None:
         assert [item["slug"] for item in flow.all_agents(tag="moon", limit=1)] == [agent["slug"]]
         assert flow.set_tool_prices(agent["slug"], {"git_commit": "0.5"}) == [
             {"tool": "git_commit", "perCallFlow": "0.500000"}]
+        agent_run = flow.run_agent(agent["slug"], BRIEF)
+        run_events = list(flow.agent_run_events(agent_run["runId"]))
+        assert run_events[-1].data == {"runId": agent_run["runId"], "finalStatus": "completed"}
         flow.unpublish_agent(agent["slug"])
         assert flow.agents()["agents"] == []
 
