@@ -88,7 +88,8 @@ _CONNECT_AT_ONCE = 64
 
 @dataclass
 class Subscriber:
-    """What one subscriber saw: latencies (seconds) of timed events and whether it was cut."""
+    """What one subscriber saw: latencies (seconds) of timed events, and whether it was cut
+    off or refused."""
 
     latencies: list[float] = field(default_factory=list)
     cut_off: bool = False
@@ -134,9 +135,12 @@ async def subscribe(base_url: str, path: str, connecting: trio.CapacityLimiter,
         while b"\r\n\r\n" not in buffer:
             buffer += await stream.receive_some(65536)
     async with stream:
-        if not buffer.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"stream refused: {buffer[:200]!r}")
         ready.release()
+        if not buffer.startswith(b"HTTP/1.1 200"):
+            # Refused (a 503 when the broadcaster did not answer in time): not served.
+            print(f"stream refused: {buffer[:600]!r}", file=sys.stderr, flush=True)
+            record.cut_off = True
+            return
         while True:
             data = await stream.receive_some(262144)
             if not data:
@@ -498,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(description="SSE fan-out: flowsvc against a bare endpoint.")
     parser.add_argument("--counts",
-                        default="300,600,1000,1500,2000,2500,3000,4000,5000,6000,7000,8000",
+                        default="100,300,600,1000,1500,2000,2500,3000,4000,5000,6000,8000",
                         type=lambda text: [int(part) for part in text.split(",")],
                         help="subscriber counts K to measure, in increasing order")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per K")
