@@ -1,11 +1,12 @@
 """Fuzzing in the suite: schemathesis against a real server over its own ``/openapi.json``.
 
-One ``flowsvc serve`` with every built-in plugin, on PostgreSQL when the run has it (NUL
-characters and 64-bit overflows only fail there), with a chain on anvil so the on-chain
-routes answer from real contracts. Three schemathesis runs at once, each bounded by
-``--max-time``: anonymous, with a session (cookie and bearer) and with an API key (header
-and bearer). A run fails on any 5xx and on any answer the document does not declare
-(status, media type, headers, body schema), a 405 without ``Allow`` included.
+One service with every built-in plugin, served on loopback by the test's process, on
+PostgreSQL when the run has it (NUL characters and 64-bit overflows only fail there), with
+a chain on anvil so the on-chain routes answer from real contracts. Three schemathesis
+runs at once, each bounded by ``--max-time``: anonymous, with a session (cookie and
+bearer) and with an API key (header and bearer). A run fails on any 5xx and on any answer
+the document does not declare (status, media type, headers, body schema), a 405 without
+``Allow`` included.
 
 Left out: ``positive_data_acceptance`` (a body the schema allows may still be refused for
 what a schema cannot say: a signature that does not verify, a cursor this listing never
@@ -26,12 +27,11 @@ import httpx
 import trio
 
 from tests.support.backends import POSTGRES_URL, postgres_schema, redis_prefix
-from tests.support.chain.anvil import DEFAULT_CHAIN_ID, running_anvil
+from tests.support.chain.anvil import DEFAULT_CHAIN_ID, open_anvil
 from tests.support.chain.contracts import open_chain
 from tests.support.chain.deploy import Deployment, deploy_stack
 from tests.support.chain.service import chain_entry, chains_env
-from tests.support.processes import server_process
-from tests.support.server import free_port, settings_env
+from tests.support.server import client, make_settings, running_server, settings_env
 from tests.support.wallet import new_wallet, sign
 
 PLUGINS = ["auth", "keys", "projects", "webhooks", "marketplace", "billing", "chain"]
@@ -53,18 +53,18 @@ def _database(tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'flowsvc.db'}"
 
 
-def _credentials(base_url: str) -> tuple[str, str]:
-    """A session token (a wallet signs in) and an API key of that user, unlimited."""
+async def _credentials(http: httpx.AsyncClient) -> tuple[str, str]:
+    """A new user's session token (a wallet signs in) and API key (unlimited)."""
     wallet = new_wallet()
     address = wallet.address.lower()
-    with httpx.Client(base_url=base_url, timeout=30) as http:
-        message = http.post("/auth/nonce", json={"address": address}).json()["message"]
-        signed = http.post("/auth/verify", json={"address": address, "message": message,
-                                                 "signature": sign(wallet, message)})
-        assert signed.status_code == 200, signed.text
-        session = http.cookies["svc_session"]
-        created = http.post("/me/api-keys", json={"name": "fuzz", "rate_limit_rpm": 0})
-        assert created.status_code == 201, created.text
+    message = (await http.post("/auth/nonce", json={"address": address})).json()["message"]
+    signed = await http.post("/auth/verify", json={"address": address, "message": message,
+                                                   "signature": sign(wallet, message)})
+    assert signed.status_code == 200, signed.text
+    session = http.cookies["svc_session"]
+    created = await http.post("/me/api-keys", json={"name": "fuzz", "rate_limit_rpm": 0})
+    assert created.status_code == 201, created.text
+    http.cookies.clear()
     return session, created.json()["key"]["raw_key"]
 
 
@@ -78,51 +78,58 @@ def _config(path: Path, schemes: dict[str, dict[str, str]]) -> Path:
     return path
 
 
-def _start_run(base_url: str, config: Path, workdir: Path, *excluded: str
-               ) -> subprocess.Popen[str]:
-    """One schemathesis run; ``excluded``: operation ids it must not call."""
-    workdir.mkdir()
+async def _run(base_url: str, config: Path, workdir: Path, excluded: tuple[str, ...],
+               outputs: dict[str, tuple[int, str]], name: str) -> None:
+    """One schemathesis run (``excluded``: operation ids it must not call); its exit code
+    and output go to ``outputs[name]``."""
     argv = [str(SCHEMATHESIS), "--config-file", str(config), "run", f"{base_url}/openapi.json",
             "--max-time", str(SECONDS_PER_RUN), "--seed", "20261123", "--no-color",
             "--request-timeout", "10", "--exclude-checks", "positive_data_acceptance",
             "--exclude-path-regex", "/stream$"]
     for operation_id in excluded:
         argv += ["--exclude-operation-id", operation_id]
-    return subprocess.Popen(argv, cwd=workdir, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    with trio.fail_after(SECONDS_PER_RUN * 4):
+        done = await trio.run_process(argv, cwd=workdir, capture_stdout=True,
+                                      stderr=subprocess.STDOUT, check=False)
+    outputs[name] = done.returncode, done.stdout.decode()
 
 
-def test_fuzzing_the_document_finds_no_5xx_and_no_undeclared_answer(tmp_path: Path) -> None:
-    with running_anvil(DEFAULT_CHAIN_ID) as anvil, _database(tmp_path) as database_url:
-        deployment = trio.run(_deploy, anvil.url)
+async def test_fuzzing_the_document_finds_no_5xx_and_no_undeclared_answer(tmp_path: Path
+                                                                          ) -> None:
+    outputs: dict[str, tuple[int, str]] = {}
+    async with open_anvil(DEFAULT_CHAIN_ID) as anvil:
+        deployment = await _deploy(anvil.url)
         chain = chain_entry(deployment.platform, [anvil.url],
                             instance=deployment.dpnm.instance)
-        env = settings_env(tmp_path / "var", database_url=database_url,
-                           redis_prefix=redis_prefix(), plugins=PLUGINS,
-                           extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
-                                  "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
-                                  "FLOWSVC_LIMITS_INTERNAL_RPM": "0", **chains_env([chain])})
-        port = free_port()
-        with server_process(env, port):
-            base_url = f"http://127.0.0.1:{port}"
-            session, _ = _credentials(base_url)  # one user per run: neither revokes the
-            _, key = _credentials(base_url)      # credentials of the other
-            # A run must not revoke its own credentials (logout, deleting the key): the
-            # rest of it would test nothing but 401s. The anonymous run calls both.
-            configs = {
-                "anonymous": ({}, ()),
-                "session": ({"sessionCookie": {"api_key": session},
-                             "bearer": {"bearer": session}}, ("post_logout",)),
-                "api key": ({"apiKey": {"api_key": key}, "bearer": {"bearer": key}},
-                            ("delete_delete",)),
-            }
-            runs = {name: _start_run(base_url, _config(tmp_path / f"{name}.toml", schemes),
-                                     tmp_path / name.replace(" ", "-"), *excluded)
-                    for name, (schemes, excluded) in configs.items()}
-            outputs = {name: run.communicate(timeout=SECONDS_PER_RUN * 4)[0]
-                       for name, run in runs.items()}
-    failed = {name: outputs[name] for name, run in runs.items() if run.returncode != 0}
+        with _database(tmp_path) as database_url:
+            env = settings_env(tmp_path / "var", database_url=database_url,
+                               redis_prefix=redis_prefix(), plugins=PLUGINS,
+                               extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
+                                      "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
+                                      "FLOWSVC_LIMITS_INTERNAL_RPM": "0",
+                                      **chains_env([chain])})
+            async with running_server(make_settings(env), env) as running:
+                async with client(running) as http:
+                    # One user per run: neither revokes the credentials of the other.
+                    session, _ = await _credentials(http)
+                    _, key = await _credentials(http)
+                # A run must not revoke its own credentials (logout, deleting the key): the
+                # rest of it would test nothing but 401s. The anonymous run calls both.
+                configs = {
+                    "anonymous": ({}, ()),
+                    "session": ({"sessionCookie": {"api_key": session},
+                                 "bearer": {"bearer": session}}, ("post_logout",)),
+                    "api-key": ({"apiKey": {"api_key": key}, "bearer": {"bearer": key}},
+                                ("delete_delete",)),
+                }
+                async with trio.open_nursery() as nursery:
+                    for name, (schemes, excluded) in configs.items():
+                        (tmp_path / name).mkdir()
+                        nursery.start_soon(_run, running.base_url,
+                                           _config(tmp_path / f"{name}.toml", schemes),
+                                           tmp_path / name, excluded, outputs, name)
+    failed = {name: output for name, (code, output) in outputs.items() if code != 0}
     assert not failed, "\n\n".join(f"--- {name} ---\n{output[-6000:]}"
                                    for name, output in failed.items())
-    for output in outputs.values():  # each run did test the operations
+    for _, output in outputs.values():  # each run did test the operations
         assert " passed" in output and "API Operations:" in output, output[-3000:]

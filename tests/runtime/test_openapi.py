@@ -108,6 +108,14 @@ def test_enums_path_templates_and_bodies(document: dict[str, Any]) -> None:
     template = create["content"]["application/json"]["schema"]["properties"]["agentTemplate"]
     assert template["enum"] == ["bot-builder", "content-machine", "fullstack-builder",
                                 "research-agent"]
+    assert create["content"]["application/json"]["schema"]["examples"][0]["tokenSlug"]
+    for path in ("/auth/nonce", "/me/api-keys", "/me/webhooks", "/agents",
+                 "/subscriptions/checkout"):  # the main bodies come with an example
+        body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        assert body["schema"]["examples"], path
+    checkout = document["paths"]["/subscriptions/checkout"]["post"]["requestBody"]
+    tier = checkout["content"]["application/json"]["schema"]["properties"]["tier"]
+    assert tier["enum"] == ["plus", "pro", "max"]
     assert "/projects/{path}" not in document["paths"]
     files = document["paths"]["/projects/{slug}/files/{path}"]["get"]
     assert {parameter["name"] for parameter in files["parameters"]} == {"slug", "path"}
