@@ -10,12 +10,10 @@ service's JSON (field names exactly as documented in docs/); errors raise the ty
 
 from __future__ import annotations
 
-import email.utils
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal
 
@@ -34,16 +32,11 @@ API_KEY_VARIABLE = "FLOW_API_KEY"
 
 
 def _retry_after_seconds(value: str | None) -> float:
-    """``Retry-After`` as seconds: a number, or an HTTP date (1 s when absent or unreadable)."""
-    if value is None:
-        return 1.0
-    if value.strip().isdigit():
-        return float(value)
+    """``Retry-After`` in seconds, as flowsvc sends it (1 s when absent or unreadable)."""
     try:
-        moment = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        return max(0.0, float(value or "1"))
+    except ValueError:
         return 1.0
-    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
 
 
 def _raise_for(response: httpx.Response) -> None:
