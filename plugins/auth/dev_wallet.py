@@ -97,6 +97,7 @@ def sign_in(plan: DevSignIn) -> list[tuple[str, str]]:
     URL. :raises flowsvc_client.ApiError: the service refused a step.
     """
     from flowsvc_client import Client
+    from flowsvc_client.client import API_KEY_VARIABLE, SESSION_VARIABLE, URL_VARIABLE
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # stderr keeps to what matters
     _wait_until_serving(plan.url, plan.wait_seconds)
@@ -112,12 +113,12 @@ def sign_in(plan: DevSignIn) -> list[tuple[str, str]]:
                             "chainId": plan.chain_id,
                             "instance": placeholder_instance(plan.token_slug)})
             print(f"token {plan.token_slug!r} is registered to it", file=sys.stderr)
-        exports = [("FLOW_API_URL", plan.url)]
+        exports = [(URL_VARIABLE, plan.url)]
         if plan.api_key_name is not None:
             key = flow.create_api_key(plan.api_key_name)
-            return [*exports, ("FLOW_API_KEY", str(key["raw_key"]))]
+            return [*exports, (API_KEY_VARIABLE, str(key["raw_key"]))]
         assert flow.session_token is not None
-        return [*exports, ("FLOW_SESSION_TOKEN", flow.session_token)]
+        return [*exports, (SESSION_VARIABLE, flow.session_token)]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
