@@ -19,14 +19,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import trio
 
-from tests.support.backends import POSTGRES_URL, postgres_schema, redis_prefix
+from tests.support.backends import preferred_database, redis_prefix
 from tests.support.chain.anvil import DEFAULT_CHAIN_ID, open_anvil
 from tests.support.chain.contracts import open_chain
 from tests.support.chain.deploy import Deployment, deploy_stack
@@ -42,15 +40,6 @@ SCHEMATHESIS = Path(sys.executable).parent / "st"
 async def _deploy(url: str) -> Deployment:
     async with open_chain(url) as chain:
         return await deploy_stack(chain)
-
-
-@contextmanager
-def _database(tmp_path: Path) -> Iterator[str]:
-    if POSTGRES_URL:
-        with postgres_schema() as url:
-            yield url
-    else:
-        yield f"sqlite:///{tmp_path / 'flowsvc.db'}"
 
 
 async def _credentials(http: httpx.AsyncClient) -> tuple[str, str]:
@@ -101,7 +90,7 @@ async def test_fuzzing_the_document_finds_no_5xx_and_no_undeclared_answer(tmp_pa
         deployment = await _deploy(anvil.url)
         chain = chain_entry(deployment.platform, [anvil.url],
                             instance=deployment.dpnm.instance)
-        with _database(tmp_path) as database_url:
+        with preferred_database(tmp_path) as database_url:
             env = settings_env(tmp_path / "var", database_url=database_url,
                                redis_prefix=redis_prefix(), plugins=PLUGINS,
                                extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",

@@ -49,6 +49,17 @@ def another_database(tmp_path: Path, database_url: str) -> Iterator[str]:
         yield url
 
 
+@contextmanager
+def preferred_database(tmp_path: Path) -> Iterator[str]:
+    """A fresh PostgreSQL schema when the run has PostgreSQL (CI does), else SQLite in
+    ``tmp_path``: for a test that runs once, on the backend that finds the most."""
+    if POSTGRES_URL:
+        with postgres_schema() as url:
+            yield url
+    else:
+        yield f"sqlite:///{tmp_path / 'flowsvc.db'}"
+
+
 def redis_prefix() -> str:
     return f"flowsvc-test:{secrets.token_hex(6)}:"
 
