@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
@@ -86,17 +86,20 @@ class CreateProjectRequest(BaseModel):
         return value
 
 
+RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
+
+
 class ProjectSummary(BaseModel):
     id: str
     slug: str
     tokenSlug: str
-    status: str
+    status: Literal["idle"] | RunStatus
     createdAt: str
 
 
 class RunView(BaseModel):
     runId: str
-    status: str
+    status: RunStatus
     reason: str | None
     sha: str | None
     queuedAt: str
