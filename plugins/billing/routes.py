@@ -8,7 +8,7 @@ Views are module-level functions on ``blueprint``; they find the service with
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, Response
@@ -30,7 +30,7 @@ from plugins.billing.providers.usdt_bep20 import UsdtBep20
 from plugins.billing.scheduler import move_clock
 from plugins.billing.state import BILLING, BillingState
 from plugins.billing.subscriptions import ACTIVE, NO_SUBSCRIPTION
-from plugins.billing.tiers import PRICE_MICRO, TIERS, format_usd, prorate, rank
+from plugins.billing.tiers import PRICE_MICRO, TIERS, Tier, format_usd, prorate, rank
 from runtime.context import require_internal, require_user
 from runtime.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from runtime.http import current_service, json_response
@@ -81,8 +81,8 @@ class CheckoutResponse(BaseModel):
 
 class SubscriptionResponse(BaseModel):
     subscriptionId: str | None
-    tier: str
-    status: str
+    tier: Literal["none"] | Tier
+    status: Literal["none", "pending", "active", "grace", "canceled", "ended"]
     renewsAt: str | None
     provider: str | None
     features: dict[str, bool]
