@@ -13,8 +13,8 @@ Every attempt is in the history from the moment it is claimed: the claim writes 
 the outcome ``unknown`` (and counts it in ``deliveries.attempts``), and settling fills in the
 answer. An attempt whose process died on the way (even ``kill -9`` after the receiver got the
 request) therefore stays in the history as ``unknown`` instead of vanishing. Both run once per
-batch of deliveries, never once per delivery: a claim is about six statements whatever its
-size, a settle four when every attempt of the batch got a 2xx.
+batch of deliveries, never once per delivery: a claim is four to six statements whatever its
+size, a settle three when every attempt of the batch got a 2xx.
 """
 
 from __future__ import annotations
@@ -155,6 +155,7 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
     picked: list[int] = []
     left = dict(host_room)
     exhausted = False
+    due_left: datetime | None = None
     # A pass that fills a host leaves that host's other rows among its candidates: the next
     # pass skips the hosts now full, so other hosts' due rows further down are found too, in
     # the same transaction. Each pass claims something or adds a full host: it ends.
@@ -177,6 +178,8 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
             if left.setdefault(candidate.host, per_host) > 0:
                 left[candidate.host] -= 1
                 fresh.append(candidate.id)
+            else:
+                due_left = now  # a due row this claim had no room for
         if fresh:  # claimed now, so the next pass no longer sees them
             connection.execute(update(deliveries).where(deliveries.c.id.in_(fresh)).values(
                 claimed_until=now + timedelta(seconds=lease_seconds), claim_owner=owner,
@@ -204,8 +207,8 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
                     secrets=signing_secrets(row.secret, row.previous_secret,
                                             row.previous_secret_until, now))
                 for row in rows]
-    next_due = None
-    if exhausted:
+    next_due = due_left
+    if exhausted and next_due is None:
         next_due = connection.execute(
             select(func.min(deliveries.c.next_attempt_at)).where(claimable)
         ).scalar_one_or_none()
@@ -222,34 +225,41 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
     over) moves nothing and is reported as ``stale``; its answer is still recorded, with the
     outcome left ``unknown`` (it did not decide what happened to the delivery).
 
-    The common case, delivered, costs four statements for the whole batch.
+    The common case, every attempt of the batch delivered, costs three statements: the
+    subscriptions' lock, the deliveries' update (which also says which are still ``owner``'s)
+    and the attempts' one.
     """
     now = utcnow()
-    # A subscription deleted meanwhile (its deliveries go by cascade) must either wait for this
-    # transaction or be gone from the read below, never vanish before the updates. Locks are
+    released = {"claimed_until": None, "claim_owner": None}
+    failures = [outcome for outcome in outcomes if outcome.error is not None]
+    # A delete of a subscription (cascading to its deliveries) may run meanwhile: locks are
     # taken in the order a delete takes them, subscriptions (by id) then deliveries, so the two
-    # cannot deadlock; ``FOR NO KEY UPDATE`` does not block emitters' ``FOR KEY SHARE``.
+    # cannot deadlock over a batch's rows; ``FOR NO KEY UPDATE`` does not block emitters'
+    # ``FOR KEY SHARE``.
     connection.execute(select(subscriptions.c.id).where(
         subscriptions.c.id.in_({outcome.job.subscription_id for outcome in outcomes}))
         .order_by(subscriptions.c.id).with_for_update(key_share=True))
+    ours = (deliveries.c.state == PENDING, deliveries.c.claim_owner == owner)
+    delivered = {outcome.job.delivery_id for outcome in outcomes if outcome.error is None}
+    if delivered:
+        delivered = set(connection.execute(
+            update(deliveries).where(deliveries.c.id.in_(delivered), *ours)
+            .values(state=DELIVERED, next_attempt_at=None, finished_at=now, **released)
+            .returning(deliveries.c.id)).scalars())
     claimed = {row.id: row for row in connection.execute(
         select(deliveries.c.id, deliveries.c.retries_left).where(
-            deliveries.c.id.in_([outcome.job.delivery_id for outcome in outcomes]),
-            deliveries.c.state == PENDING, deliveries.c.claim_owner == owner)
-        .with_for_update())}
-    released = {"claimed_until": None, "claim_owner": None}
+            deliveries.c.id.in_([outcome.job.delivery_id for outcome in failures]), *ours)
+        .with_for_update())} if failures else {}
     results: list[Settled] = []
-    delivered: list[int] = []
     answers: list[dict[str, object]] = []
     for outcome in outcomes:
         job = outcome.job
         row = claimed.get(job.delivery_id)
         settled: Settled
-        if row is None:
+        if outcome.error is None:
+            settled = "delivered" if job.delivery_id in delivered else "stale"
+        elif row is None:
             settled = "stale"
-        elif outcome.error is None:
-            settled = "delivered"
-            delivered.append(job.delivery_id)
         elif outcome.permanent or row.retries_left <= 0:
             settled = "failed"
             connection.execute(update(deliveries).where(deliveries.c.id == job.delivery_id)
@@ -270,9 +280,6 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
                         "b_status": outcome.status_code, "b_error": outcome.error,
                         "b_outcome": UNKNOWN if settled == "stale" else settled})
         results.append(settled)
-    if delivered:
-        connection.execute(update(deliveries).where(deliveries.c.id.in_(delivered)).values(
-            state=DELIVERED, next_attempt_at=None, finished_at=now, **released))
     # One executemany (psycopg pipelines it: one round trip), whatever the batch's size.
     connection.execute(update(attempts).where(
         attempts.c.delivery_id == bindparam("b_delivery"),
