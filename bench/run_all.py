@@ -26,7 +26,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "bench.bench_db_threads": ["--duration", "3", "--rounds", "2"],
     "bench.bench_keys": ["--duration", "3", "--rounds", "3"],
     "bench.bench_marketplace": ["--duration", "3"],
-    "bench.bench_pipeline": ["--requests", "200", "--warmup", "100"],
+    "bench.bench_pipeline": ["--requests", "200", "--warmup", "100", "--no-in-process"],
     "bench.bench_session": ["--duration", "3", "--rounds", "3"],
     "bench.bench_webhooks": ["--events", "2000", "--seconds", "10"],
 }
