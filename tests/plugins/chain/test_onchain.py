@@ -23,6 +23,7 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from plugins.auth.commands import new_access_codes
+from plugins.chain.indexed import indexed_head
 from plugins.chain.onchain.routes import ONCHAIN
 from runtime.server import Running
 from tests.support.backends import POSTGRES_URL, postgres_schema
@@ -194,9 +195,24 @@ async def _until_indexed(http: httpx.AsyncClient, path: str, ready: Any) -> dict
             await trio.sleep(0.2)
 
 
+async def _indexed_to_heads(served: Served, world: World) -> None:
+    """Wait until the indexer has caught up with both chains: it makes eth_calls of its own
+    (a launched instance's parts) while it reads their history."""
+    with trio.fail_after(INDEXED_WITHIN):
+        for chain_id, anvil in zip(CHAIN_IDS, world.anvils, strict=True):
+            async with open_chain(anvil.url) as chain:
+                head = int(await chain.rpc.call("eth_blockNumber"), 16)
+            while True:
+                indexed = await served.running.service.db.read(indexed_head, chain_id)
+                if indexed is not None and indexed.number >= head:
+                    break
+                await trio.sleep(0.1)
+
+
 async def test_flow_onchain_is_every_field_of_the_views_in_one_eth_call_per_chain(
         served: Served, world: World) -> None:
     user = _user(world)
+    await _indexed_to_heads(served, world)
     async with client(served.running) as warm, client(served.running) as http:
         await sign_in(warm)
         # A wallet with no activity anywhere: no chain listed. The instances' immutable
