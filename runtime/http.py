@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -107,23 +108,27 @@ def create_app(service: Service) -> Quart:
     for blueprints in reversed(service.pm.hook.flowsvc_blueprints(service=service)):
         for blueprint in blueprints or []:
             app.register_blueprint(blueprint)
-    cast(ServiceOpenAPI, schema.openapi_provider).bind(
-        service, _plugin_of_blueprints(service, app.blueprints.values()))
+    tags, descriptions = _plugin_tags(service, app.blueprints.values())
+    cast(ServiceOpenAPI, schema.openapi_provider).bind(service, tags, descriptions)
     return app
 
 
-def _plugin_of_blueprints(service: Service, blueprints: Iterable[Blueprint]) -> dict[str, str]:
-    """Blueprint name to the name of the plugin whose package defines it (the OpenAPI tag)."""
+def _plugin_tags(service: Service, blueprints: Iterable[Blueprint]
+                 ) -> tuple[dict[str, str], dict[str, str]]:
+    """The OpenAPI tag of each blueprint (by name): the plugin whose package defines it; and
+    each plugin's description: its package's docstring."""
     packages = {getattr(plugin, "__name__", "").rpartition(".")[0]: name
                 for name, plugin in service.pm.list_name_plugin()}
-    found = {}
+    tags: dict[str, str] = {}
+    descriptions: dict[str, str] = {}
     for blueprint in blueprints:
         module = blueprint.import_name
         while module and module not in packages:
             module = module.rpartition(".")[0]
         if module:
-            found[blueprint.name] = packages[module]
-    return found
+            tags[blueprint.name] = packages[module]
+            descriptions[packages[module]] = getattr(sys.modules.get(module), "__doc__", "")
+    return tags, descriptions
 
 
 def _install_error_handlers(app: Quart) -> None:

@@ -102,6 +102,8 @@ _RESPONSE_HEADERS: dict[int, dict[str, Any]] = {
 }
 # The runtime's probes: for load balancers and monitoring, no credentials.
 _PROBES = frozenset({"healthz", "readyz", "metrics"})
+SERVICE_TAG = "service"  # the tag of the runtime's own routes
+_SERVICE_DESCRIPTION = "The service's own routes: health, readiness and metrics."
 _SUCCESS_DESCRIPTIONS = {200: "OK", 201: "Created", 202: "Accepted", 204: "No Content"}
 
 
@@ -211,8 +213,12 @@ def plain_summary(docstring: str | None) -> tuple[str, str]:
         return "", ""
     first, *rest = _SENTENCE_END.split(paragraphs[0], maxsplit=1)
     summary = _ROLE.sub(r"\1", first).replace("``", "").replace("`", "").strip()
-    description = "\n\n".join([*rest, *paragraphs[1:]])
-    return summary, _ROLE.sub(r"`\1`", description).replace("``", "`")
+    return summary, _markdown("\n\n".join([*rest, *paragraphs[1:]]))
+
+
+def _markdown(text: str) -> str:
+    """reST inline markup as Markdown: roles and double backticks become code spans."""
+    return _ROLE.sub(r"`\1`", text).replace("``", "`")
 
 
 def _error_response(status: int, codes: set[str]) -> dict[str, Any]:
@@ -240,12 +246,17 @@ class ServiceOpenAPI(OpenAPIProvider):
         super().__init__(app, extension)
         self._service: Service | None = None
         self._tags: dict[str, str] = {}
+        self._tag_descriptions: dict[str, str] = {}
         self._document: dict[str, Any] | None = None
 
-    def bind(self, service: Service, blueprint_tags: dict[str, str]) -> None:
-        """Use ``service`` for dynamic enums and tag each blueprint (by name) as given."""
+    def bind(self, service: Service, blueprint_tags: dict[str, str],
+             tag_descriptions: dict[str, str]) -> None:
+        """Use ``service`` for dynamic enums, tag each blueprint (by name) as given and
+        describe each tag with its docstring."""
         self._service = service
         self._tags = blueprint_tags
+        self._tag_descriptions = {tag: _markdown(inspect.cleandoc(doc or ""))
+                                  for tag, doc in tag_descriptions.items()}
 
     def schema(self) -> dict[str, Any]:
         if self._document is None:
@@ -255,7 +266,9 @@ class ServiceOpenAPI(OpenAPIProvider):
             used = sorted({tag for operations in document["paths"].values()
                            for operation in operations.values()
                            for tag in operation.get("tags", [])})
-            document["tags"] = [{"name": tag} for tag in used]
+            document["tags"] = [{"name": tag, "description": self._tag_descriptions.get(
+                tag, _SERVICE_DESCRIPTION)}
+                for tag in used]
             for operations in document["paths"].values():
                 for operation in operations.values():
                     self._fill_enums([operation["parameters"], operation.get("requestBody")])
@@ -275,9 +288,8 @@ class ServiceOpenAPI(OpenAPIProvider):
             operation = copy.deepcopy(shared)
             operation["summary"] = summary
             operation["description"] = description
-            operation["tags"] = [self._tags.get(blueprint, "service")]
-            operation["security"] = SECURITY[reading.caller] \
-                if method.upper() != "GET" or rule.endpoint not in _PROBES else []
+            operation["tags"] = [self._tags.get(blueprint, SERVICE_TAG)]
+            operation["security"] = [] if rule.endpoint in _PROBES else SECURITY[reading.caller]
             if "requestBody" in operation:  # validate_request refuses a missing body
                 operation["requestBody"]["required"] = True
             for parameter in operation["parameters"]:

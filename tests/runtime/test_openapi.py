@@ -55,6 +55,8 @@ def test_every_operation_has_its_plugins_tag_a_plain_one_line_summary_and_securi
     operations = _operations(document)
     assert len(operations) > 50
     assert {tag["name"] for tag in document["tags"]} == {*PLUGINS, "service"}
+    keys_tag = next(tag for tag in document["tags"] if tag["name"] == "keys")
+    assert keys_tag["description"].startswith("API keys: `/me/api-keys`")
     assert set(document["components"]["securitySchemes"]) == {
         "sessionCookie", "bearer", "apiKey", "internalToken"}
     assert document["components"]["securitySchemes"]["apiKey"]["name"] == "x-api-key"
