@@ -34,10 +34,13 @@ and writes ``bench/results/sse.json``.
 from __future__ import annotations
 
 import argparse
+import atexit
+import cProfile
 import datetime
 import gc
 import json
 import os
+import pstats
 import re
 import statistics
 import subprocess
@@ -81,6 +84,7 @@ from runtime.service import Service
 
 INTERNAL_TOKEN = "bench-internal-token-" + "i" * 32
 GC_TUNING_VARIABLE = "FLOWSVC_BENCH_GC_TUNED"
+PROFILE_VARIABLE = "FLOWSVC_BENCH_PROFILE"
 GC_THRESHOLDS = (50_000, 20, 100)
 _STAMP = re.compile(rb'"t":([0-9]+\.[0-9]+)')
 _CONNECT_AT_ONCE = 64
@@ -345,6 +349,13 @@ def flowsvc_agent_tools(service: Service) -> list[Tool]:
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    profile_path = os.environ.get(PROFILE_VARIABLE)
+    if profile_path:
+        # ``--profile``: cProfile over the server's Trio thread from here on, written when
+        # the server exits (it slows everything about twice; the shares are what count).
+        profiler = cProfile.Profile()
+        profiler.enable()
+        atexit.register(profiler.dump_stats, profile_path)
     if os.environ.get(GC_TUNING_VARIABLE):
         # ``--gc-tuned``: what the service could do at start. Everything imported so far is
         # frozen out of the collector's reach and young collections are rarer, so full
@@ -419,7 +430,8 @@ async def flowsvc_steps(server: RunningServer, args: argparse.Namespace, name: s
 
 @asynccontextmanager
 async def flowsvc_bench_server(gc_tuned: bool, *, redis_url: str | None = None,
-                               workers: int = 1) -> AsyncIterator[RunningServer]:
+                               workers: int = 1, profile: str | None = None
+                               ) -> AsyncIterator[RunningServer]:
     """flowsvc with the auth, chain and projects plugins and this module as a plugin; with
     ``redis_url``, ``workers`` processes behind one port sharing that Redis."""
     shared = {} if redis_url is None else {
@@ -428,6 +440,7 @@ async def flowsvc_bench_server(gc_tuned: bool, *, redis_url: str | None = None,
     env = {
         **shared,
         **({GC_TUNING_VARIABLE: "1"} if gc_tuned else {}),
+        **({PROFILE_VARIABLE: profile} if profile else {}),
         "FLOWSVC_PLUGINS_ENABLED": '["auth", "chain", "projects", "bench.bench_sse"]',
         "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN,
         "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "j" * 32,
@@ -468,7 +481,7 @@ async def run(args: argparse.Namespace) -> dict[str, list[Step]]:
             baseline = await trio.to_thread.run_sync(stack.enter_context, hello_server())
             results["baseline"] = await baseline_steps(baseline, args)
     if "flowsvc" in args.servers:
-        async with flowsvc_bench_server(args.gc_tuned) as server:
+        async with flowsvc_bench_server(args.gc_tuned, profile=args.profile) as server:
             results["flowsvc"] = await flowsvc_steps(server, args, "flowsvc")
     for workers in (1, 2):
         name = f"redis-{workers}"
@@ -521,6 +534,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
                         help="the Redis of redis-1 and redis-2")
     parser.add_argument("--json", default="sse.json", help="file under bench/results/")
+    parser.add_argument("--profile", metavar="PATH",
+                        help="profile the flowsvc server (one process) with cProfile, write the "
+                             "stats to PATH and print their top entries")
     args = parser.parse_args(arguments)
     load_before = os.getloadavg()[0]
     results = trio.run(partial(run, args))
@@ -546,6 +562,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          for step in steps] for name, steps in results.items()},
     })
     print(f"results written to {path}")
+    if args.profile:
+        pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
     return 0
 
 
