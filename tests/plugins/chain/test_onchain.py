@@ -25,6 +25,7 @@ from eth_account.signers.local import LocalAccount
 from plugins.auth.commands import new_access_codes
 from plugins.chain.indexed import indexed_head
 from plugins.chain.onchain.routes import ONCHAIN
+from plugins.chain.state import CHAIN
 from runtime.server import Running
 from tests.support.backends import POSTGRES_URL, postgres_schema
 from tests.support.chain.actions import (
@@ -35,6 +36,7 @@ from tests.support.chain.actions import (
     fund_asset,
     fund_usdt,
     join,
+    mine,
     sell,
 )
 from tests.support.chain.anvil import Anvil, running_anvil
@@ -209,6 +211,20 @@ async def _indexed_to_heads(served: Served, world: World) -> None:
                 await trio.sleep(0.1)
 
 
+async def _mine_until_seen(served: Served, world: World) -> int:
+    """Mine a block on chain A and wait until the service's pool has seen it (the indexer
+    polls the head); return its number."""
+    async with open_chain(world.anvils[0].url) as chain:
+        await mine(chain.rpc)
+        mined = int(await chain.rpc.call("eth_blockNumber"), 16)
+    pool = served.running.service.state(CHAIN).pools[CHAIN_IDS[0]]
+    with trio.fail_after(INDEXED_WITHIN):
+        while True:
+            if max(endpoint.head_seen or 0 for endpoint in pool.endpoints) >= mined:
+                return mined
+            await trio.sleep(0.05)
+
+
 async def test_flow_onchain_is_every_field_of_the_views_in_one_eth_call_per_chain(
         served: Served, world: World) -> None:
     user = _user(world)
@@ -235,6 +251,10 @@ async def test_flow_onchain_is_every_field_of_the_views_in_one_eth_call_per_chai
         repeated = await http.get("/me/flow-onchain")
         assert served.eth_calls() == after  # the position came from the cache
         assert repeated.json()["chains"][0]["blockNumber"] == entry["blockNumber"]
+        mined = await _mine_until_seen(served, world)
+        newer = await http.get("/me/flow-onchain")  # a newer block of A retires A's entry
+        assert served.eth_calls() == (after[0] + 1, after[1])
+        assert newer.json()["chains"][0]["blockNumber"] == mined
         indexed = await _until_indexed(
             http, "/me/flow-onchain",
             lambda body: body["chains"][0]["lifetimeIncome"] != "0"
