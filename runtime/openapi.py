@@ -207,13 +207,22 @@ def read_view(view: Callable[..., Any]) -> _Reading:
 def plain_summary(docstring: str | None) -> tuple[str, str]:
     """The first sentence of ``docstring`` as one line of plain text, and the rest as
     Markdown (reST double backticks become single ones)."""
-    text = inspect.cleandoc(docstring or "")
-    paragraphs = [" ".join(part.split()) for part in re.split(r"\n\s*\n", text) if part.strip()]
+    paragraphs = _paragraphs(docstring)
     if not paragraphs:
         return "", ""
     first, *rest = _SENTENCE_END.split(paragraphs[0], maxsplit=1)
     summary = _ROLE.sub(r"\1", first).replace("``", "").replace("`", "").strip()
     return summary, _markdown("\n\n".join([*rest, *paragraphs[1:]]))
+
+
+def _paragraphs(docstring: str | None) -> list[str]:
+    """The paragraphs of a docstring, each on one line."""
+    text = inspect.cleandoc(docstring or "")
+    return [" ".join(part.split()) for part in re.split(r"\n\s*\n", text) if part.strip()]
+
+
+def _first_paragraph(docstring: str | None) -> str:
+    return next(iter(_paragraphs(docstring)), "")
 
 
 def _markdown(text: str) -> str:
@@ -255,7 +264,7 @@ class ServiceOpenAPI(OpenAPIProvider):
         describe each tag with its docstring."""
         self._service = service
         self._tags = blueprint_tags
-        self._tag_descriptions = {tag: _markdown(inspect.cleandoc(doc or ""))
+        self._tag_descriptions = {tag: _markdown(_first_paragraph(doc))
                                   for tag, doc in tag_descriptions.items()}
 
     def schema(self) -> dict[str, Any]:
