@@ -32,12 +32,17 @@ from tests.support.backends import redis_prefix
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest, Reply, StreamedTurn
 from tests.support.keys import create_key
 from tests.support.marketplace import published_agent
-from tests.support.private_servers import private_postgres, private_redis
+from tests.support.private_servers import (
+    PrivatePostgres,
+    PrivateRedis,
+    private_postgres,
+    private_redis,
+)
 from tests.support.projects import BRIEF, assert_well_formed, service_process
 from tests.support.server import free_port, settings_env
 from tests.support.sse import open_sse
 from tests.support.wallet import sign_in
-from tests.support.webhook_receiver import Received, running_receiver
+from tests.support.webhook_receiver import Received, Receiver, running_receiver
 from tests.support.webhook_receiver import Reply as HookReply
 from tests.support.webhooks import subscribe
 
@@ -169,12 +174,16 @@ async def test_database_and_redis_outages_of_a_minute_stop_nothing_and_lose_noth
                        "FLOWSVC_PLUGINS_WEBHOOKS_POLL_SECONDS": "0.5"})
             port = free_port()
             base_url = f"http://127.0.0.1:{port}"
-            async with service_process(env, port, tmp_path / "service.log") as process:
+            log_path = tmp_path / "service.log"
+            async with service_process(env, port, log_path) as process:
                 await run_scenario(base_url, process, postgres, redis, receiver)
+    # Every actor waited the outages out: none crashed, none was restarted by the supervisor.
+    log = log_path.read_text()
+    assert " crashed" not in log and "restarting actor" not in log
 
 
-async def run_scenario(base_url: str, process: trio.Process, postgres: Any, redis: Any,
-                       receiver: Any) -> None:
+async def run_scenario(base_url: str, process: trio.Process, postgres: PrivatePostgres,
+                       redis: PrivateRedis, receiver: Receiver) -> None:
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as owner, \
             httpx.AsyncClient(base_url=base_url, timeout=30) as caller:
         await sign_in(owner)
