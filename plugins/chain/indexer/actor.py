@@ -246,7 +246,7 @@ class ChainIndexer:
         final_number = min(number, head - self.chain.finality_depth)
         if old_final is not None:
             final_number = max(final_number, old_final)
-        first_final = old_final + 1 if old_final is not None else self.chain.start_block
+        first_final = max(old_final + 1 if old_final is not None else 0, self.chain.start_block)
         on_final = None
         if first_final <= final_number:
             work = await self.final_work(first_final, final_number)
