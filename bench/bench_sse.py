@@ -37,7 +37,6 @@ import argparse
 import atexit
 import cProfile
 import datetime
-import gc
 import json
 import os
 import pstats
@@ -83,9 +82,7 @@ from runtime.http import json_response
 from runtime.service import Service
 
 INTERNAL_TOKEN = "bench-internal-token-" + "i" * 32
-GC_TUNING_VARIABLE = "FLOWSVC_BENCH_GC_TUNED"
-PROFILE_VARIABLE = "FLOWSVC_BENCH_PROFILE"
-GC_THRESHOLDS = (50_000, 20, 100)
+PROFILE_VARIABLE = "BENCH_SSE_PROFILE"  # not FLOWSVC_*: the service refuses unknown ones
 _STAMP = re.compile(rb'"t":([0-9]+\.[0-9]+)')
 _CONNECT_AT_ONCE = 64
 
@@ -356,13 +353,6 @@ def flowsvc_blueprints(service: Service) -> list[Blueprint]:
         profiler = cProfile.Profile()
         profiler.enable()
         atexit.register(profiler.dump_stats, profile_path)
-    if os.environ.get(GC_TUNING_VARIABLE):
-        # ``--gc-tuned``: what the service could do at start. Everything imported so far is
-        # frozen out of the collector's reach and young collections are rarer, so full
-        # collections (150-350 ms pauses with a few hundred open streams) become rare.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
     blueprint = Blueprint("bench_sse", __name__)
 
     @blueprint.post("/bench-sse/<slug>/run")
@@ -429,9 +419,8 @@ async def flowsvc_steps(server: RunningServer, args: argparse.Namespace, name: s
 
 
 @asynccontextmanager
-async def flowsvc_bench_server(gc_tuned: bool, *, redis_url: str | None = None,
-                               workers: int = 1, profile: str | None = None
-                               ) -> AsyncIterator[RunningServer]:
+async def flowsvc_bench_server(*, redis_url: str | None = None, workers: int = 1,
+                               profile: str | None = None) -> AsyncIterator[RunningServer]:
     """flowsvc with the auth, chain and projects plugins and this module as a plugin; with
     ``redis_url``, ``workers`` processes behind one port sharing that Redis."""
     shared = {} if redis_url is None else {
@@ -439,7 +428,6 @@ async def flowsvc_bench_server(gc_tuned: bool, *, redis_url: str | None = None,
         "FLOWSVC_REDIS_PREFIX": f"bench-sse-{os.getpid()}-{workers}:"}
     env = {
         **shared,
-        **({GC_TUNING_VARIABLE: "1"} if gc_tuned else {}),
         **({PROFILE_VARIABLE: profile} if profile else {}),
         "FLOWSVC_PLUGINS_ENABLED": '["auth", "chain", "projects", "bench.bench_sse"]',
         "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN,
@@ -481,12 +469,12 @@ async def run(args: argparse.Namespace) -> dict[str, list[Step]]:
             baseline = await trio.to_thread.run_sync(stack.enter_context, hello_server())
             results["baseline"] = await baseline_steps(baseline, args)
     if "flowsvc" in args.servers:
-        async with flowsvc_bench_server(args.gc_tuned, profile=args.profile) as server:
+        async with flowsvc_bench_server(profile=args.profile) as server:
             results["flowsvc"] = await flowsvc_steps(server, args, "flowsvc")
     for workers in (1, 2):
         name = f"redis-{workers}"
         if name in args.servers:
-            async with flowsvc_bench_server(args.gc_tuned, redis_url=args.redis_url,
+            async with flowsvc_bench_server(redis_url=args.redis_url,
                                             workers=workers) as server:
                 results[name] = await flowsvc_steps(server, args, name)
     return results
@@ -523,9 +511,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget-ms", type=float, default=250.0, help="p99 budget")
     parser.add_argument("--clients", type=int, default=2,
                         help="subscriber processes the K subscribers are spread over")
-    parser.add_argument("--gc-tuned", action="store_true",
-                        help="freeze the startup heap and raise the collector's thresholds in "
-                             "the flowsvc server (what the service could do at start)")
     parser.add_argument("--servers", default="baseline,flowsvc",
                         type=lambda text: text.split(","),
                         help="which servers to measure: baseline (the bare endpoint), flowsvc "
@@ -553,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": " ".join(["python -m bench.bench_sse", *arguments]),
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(), "rate": args.rate, "seconds": args.seconds,
-        "gc_tuned": args.gc_tuned, "clients": args.clients,
+        "clients": args.clients,
         "load_average": [load_before, os.getloadavg()[0]],
         "budget_ms": args.budget_ms, "largest_k_within_budget": summary,
         "ratios": ratios(summary),
