@@ -248,8 +248,8 @@ async def token_onchain(slug: str) -> Response:
         raise NotFound(f"no token with slug {slug!r}")
     state = service.state(CHAIN)
     config = state.chains.get(token.chain_id)
-    if config is None:
-        raise ChainUnavailable(f"token {slug!r} lives on chain {token.chain_id}, which this "
+    if config is None:  # not an outage (no retry will find the chain): a 400, not a 503
+        raise ChainUnsupported(f"token {slug!r} lives on chain {token.chain_id}, which this "
                                "service does not configure")
     [chain] = _chains(state, [config])
     reads = service.state(ONCHAIN)
