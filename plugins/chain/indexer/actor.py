@@ -475,7 +475,7 @@ def _waitable(error: BaseException) -> bool:
 
 def _launched(raw: RawLog) -> tuple[str, str | None]:
     """(instance, template) of a factory ``Launched`` log."""
-    event = raw.decoded()
+    event = raw.event
     if event is None or event.interface != "LaunchpadFactory":
         return "", None
     return event.args["instance"].lower(), TEMPLATES.get(bytes(event.args["id"]))

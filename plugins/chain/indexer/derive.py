@@ -15,12 +15,16 @@ recomputed from the raw logs that remain (as rindexer recomputes a max).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import Connection, and_, delete, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, insert, select, update
 
 from plugins.chain.contracts import DecodedEvent
-from plugins.chain.indexer.logs import ROLE_PROTOCOL, ROLE_TREE, Followed, RawLog
+from plugins.chain.indexer import logs as raw_logs
+from plugins.chain.indexer.logs import Followed, RawLog
 from plugins.chain.tables import earnings, logs, positions, token_counters
 
 FEE_BPS = 2_000
@@ -29,55 +33,57 @@ BPS = 10_000
 Position = tuple[str, str]  # (instance, user address)
 
 
+@dataclass
+class _Deltas:
+    """What a batch of logs changes, summed per row, so each row is written once."""
+
+    counters: defaultdict[str, list[int]] = field(
+        default_factory=lambda: defaultdict(lambda: [0, 0, 0]))  # tree, fees, gwt
+    earnings: defaultdict[tuple[str, str, int], int] = field(
+        default_factory=lambda: defaultdict(int))
+    positions: dict[Position, dict[str, Any]] = field(default_factory=dict)
+    touched: set[Position] = field(default_factory=set)
+
+    def add(self, instance: str, role: str, event: DecodedEvent, sign: int) -> None:
+        args = event.args
+        match (role, event.interface, event.name):
+            case (raw_logs.ROLE_TREE, "PhenomenalTree", "UserPlaced"):
+                self.counters[instance][0] += sign
+            case (raw_logs.ROLE_PROTOCOL, "FlowProtocol", "Bought"):
+                self.counters[instance][1] += sign * (args["usdtIn"] * FEE_BPS // BPS)
+            case (raw_logs.ROLE_PROTOCOL, "FlowProtocol", "GWTClaimed"):
+                self.counters[instance][2] += sign * args["amount"]
+            case (raw_logs.ROLE_PROTOCOL, "FlowProtocol", "RewardPaid"):
+                self.earnings[(instance, args["ancestor"].lower(), int(args["levelIndex"]))] \
+                    += sign * args["amount"]
+            case (raw_logs.ROLE_PROTOCOL, "FlowProtocol", "Activated"):
+                self._set(instance, args["user"], sign, activated=True)
+            case (raw_logs.ROLE_TREE, "PhenomenalTree", "ActiveUntilSet"):
+                self._set(instance, args["user"], sign, active_until=int(args["activeUntil"]))
+
+    def _set(self, instance: str, user: str, sign: int, **values: Any) -> None:
+        position = (instance, user.lower())
+        if sign > 0:
+            self.positions.setdefault(position, {}).update(values)  # the newest log wins
+        else:
+            self.touched.add(position)
+
+
 def apply(connection: Connection, chain_id: int, followed: Followed, raw: Iterable[RawLog],
           sign: int) -> set[Position]:
     """Apply (``sign`` 1) or take back (-1) what ``raw`` adds; return the positions a
     take-back touched (the caller recomputes them once the logs are gone)."""
-    touched: set[Position] = set()
+    deltas = _Deltas()
     for log in raw:
         instance, role = followed.by_address.get(log.address, (None, ""))
-        event = log.decoded()
-        if instance is None or event is None:
-            continue
-        if role == ROLE_PROTOCOL and event.interface == "FlowProtocol":
-            _protocol_event(connection, chain_id, instance, event, sign, touched)
-        elif role == ROLE_TREE and event.interface == "PhenomenalTree":
-            _tree_event(connection, chain_id, instance, event, sign, touched)
-    return touched
-
-
-def _protocol_event(connection: Connection, chain_id: int, instance: str,
-                    event: DecodedEvent, sign: int, touched: set[Position]) -> None:
-    args = event.args
-    match event.name:
-        case "Bought":
-            _add_counter(connection, chain_id, instance,
-                         fees_usdt=sign * (args["usdtIn"] * FEE_BPS // BPS))
-        case "GWTClaimed":
-            _add_counter(connection, chain_id, instance, gwt_minted=sign * args["amount"])
-        case "RewardPaid":
-            _add_earning(connection, chain_id, instance, args["ancestor"].lower(),
-                         int(args["levelIndex"]), sign * args["amount"])
-        case "Activated":
-            user = args["user"].lower()
-            if sign > 0:
-                _set_position(connection, chain_id, instance, user, activated=True)
-            else:
-                touched.add((instance, user))
-
-
-def _tree_event(connection: Connection, chain_id: int, instance: str, event: DecodedEvent,
-                sign: int, touched: set[Position]) -> None:
-    match event.name:
-        case "UserPlaced":
-            _add_counter(connection, chain_id, instance, tree_positions=sign)
-        case "ActiveUntilSet":
-            user = event.args["user"].lower()
-            if sign > 0:
-                _set_position(connection, chain_id, instance, user,
-                              active_until=int(event.args["activeUntil"]))
-            else:
-                touched.add((instance, user))
+        if instance is not None and log.event is not None:
+            deltas.add(instance, role, log.event, sign)
+    for instance, (tree_positions, fees_usdt, gwt_minted) in deltas.counters.items():
+        _add_counter(connection, chain_id, instance, tree_positions=tree_positions,
+                     fees_usdt=fees_usdt, gwt_minted=gwt_minted)
+    _add_earnings(connection, chain_id, deltas.earnings)
+    _set_positions(connection, chain_id, deltas.positions)
+    return deltas.touched
 
 
 def _add_counter(connection: Connection, chain_id: int, instance: str, *,
@@ -95,33 +101,67 @@ def _add_counter(connection: Connection, chain_id: int, instance: str, *,
         gwt_minted=str(int(row.gwt_minted) + gwt_minted)))
 
 
-def _add_earning(connection: Connection, chain_id: int, instance: str, address: str,
-                 level: int, amount: int) -> None:
-    key = and_(earnings.c.chain_id == chain_id, earnings.c.instance == instance,
-               earnings.c.address == address, earnings.c.level == level)
-    current = connection.execute(select(earnings.c.amount).where(key)).scalar()
-    if current is None:
-        connection.execute(insert(earnings).values(chain_id=chain_id, instance=instance,
-                                                   address=address, level=level,
-                                                   amount=str(amount)))
-    else:
-        connection.execute(update(earnings).where(key).values(amount=str(int(current) + amount)))
+def _add_earnings(connection: Connection, chain_id: int,
+                  amounts: Mapping[tuple[str, str, int], int]) -> None:
+    """Add each amount to its (instance, address, level) row: the rows are read in one query
+    and written by one insert and one update of many rows."""
+    if not amounts:
+        return
+    current = {(row.instance, row.address, row.level): int(row.amount)
+               for row in connection.execute(select(earnings).where(
+                   earnings.c.chain_id == chain_id,
+                   earnings.c.instance.in_(sorted({key[0] for key in amounts})),
+                   earnings.c.address.in_(sorted({key[1] for key in amounts}))))}
+    new = [{"chain_id": chain_id, "instance": instance, "address": address, "level": level,
+            "amount": str(amount)}
+           for (instance, address, level), amount in amounts.items()
+           if (instance, address, level) not in current]
+    changed = [{"row_instance": instance, "row_address": address, "row_level": level,
+                "new_amount": str(current[instance, address, level] + amount)}
+               for (instance, address, level), amount in amounts.items()
+               if (instance, address, level) in current]
+    if new:
+        connection.execute(insert(earnings), new)
+    if changed:
+        connection.execute(
+            update(earnings).where(earnings.c.chain_id == chain_id,
+                                   earnings.c.instance == bindparam("row_instance"),
+                                   earnings.c.address == bindparam("row_address"),
+                                   earnings.c.level == bindparam("row_level"))
+            .values(amount=bindparam("new_amount")), changed)
 
 
-def _set_position(connection: Connection, chain_id: int, instance: str, address: str, *,
-                  activated: bool | None = None, active_until: int | None = None) -> None:
-    key = and_(positions.c.chain_id == chain_id, positions.c.instance == instance,
-               positions.c.address == address)
-    row = connection.execute(select(positions).where(key)).first()
-    values = {"activated": activated if activated is not None
-              else (row.activated if row is not None else False),
-              "active_until": active_until if active_until is not None
-              else (row.active_until if row is not None else 0)}
-    if row is None:
-        connection.execute(insert(positions).values(chain_id=chain_id, instance=instance,
-                                                    address=address, **values))
-    else:
-        connection.execute(update(positions).where(key).values(**values))
+def _set_positions(connection: Connection, chain_id: int,
+                   values: Mapping[Position, Mapping[str, Any]]) -> None:
+    """Set the given fields of each position (one query to read, two to write, as above)."""
+    if not values:
+        return
+    current = {(row.instance, row.address): row for row in connection.execute(
+        select(positions).where(
+            positions.c.chain_id == chain_id,
+            positions.c.instance.in_(sorted({key[0] for key in values})),
+            positions.c.address.in_(sorted({key[1] for key in values}))))}
+    new, changed = [], []
+    for (instance, address), fields in values.items():
+        row = current.get((instance, address))
+        merged = {"activated": fields.get("activated", row.activated if row else False),
+                  "active_until": fields.get("active_until", row.active_until if row else 0)}
+        if row is None:
+            new.append({"chain_id": chain_id, "instance": instance, "address": address,
+                        **merged})
+        else:
+            changed.append({"row_instance": instance, "row_address": address,
+                            "new_activated": merged["activated"],
+                            "new_active_until": merged["active_until"]})
+    if new:
+        connection.execute(insert(positions), new)
+    if changed:
+        connection.execute(
+            update(positions).where(positions.c.chain_id == chain_id,
+                                    positions.c.instance == bindparam("row_instance"),
+                                    positions.c.address == bindparam("row_address"))
+            .values(activated=bindparam("new_activated"),
+                    active_until=bindparam("new_active_until")), changed)
 
 
 def recompute_positions(connection: Connection, chain_id: int,
@@ -135,17 +175,17 @@ def recompute_positions(connection: Connection, chain_id: int,
                                    logs.c.account == address,
                                    logs.c.event.in_(("Activated", "ActiveUntilSet")))
                 .order_by(logs.c.block_number, logs.c.log_index)):
-            event = RawLog.from_row(row).decoded()
+            event = RawLog.from_row(row).event
             if event is None:
                 continue
             if event.name == "Activated":
                 activated = True
             else:
                 active_until = int(event.args["activeUntil"])
-        key = and_(positions.c.chain_id == chain_id, positions.c.instance == instance,
-                   positions.c.address == address)
-        if not activated and not active_until:
-            connection.execute(delete(positions).where(key))
+        if activated or active_until:
+            _set_positions(connection, chain_id, {(instance, address): {
+                "activated": activated, "active_until": active_until}})
         else:
-            _set_position(connection, chain_id, instance, address, activated=activated,
-                          active_until=active_until)
+            connection.execute(delete(positions).where(
+                positions.c.chain_id == chain_id, positions.c.instance == instance,
+                positions.c.address == address))

@@ -53,8 +53,8 @@ class FinalWork:
 
 def run_final(service: Service, chain: ChainConfig, work: FinalWork,
               connection: Connection) -> None:
-    for raw in final_logs(connection, chain.id, work.first, work.last):
-        event = raw.decoded()
+    for raw in final_logs(connection, chain.id, work.first, work.last, ("Launched", "Sold")):
+        event = raw.event
         if event is None:
             continue
         if event.interface == "LaunchpadFactory" and raw.address == chain.factory:

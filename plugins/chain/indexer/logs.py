@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from plugins.chain.abi import AbiDecodeError
@@ -57,9 +58,11 @@ class RawLog:
                 "logIndex": hex(self.log_index), "transactionHash": self.tx_hash,
                 "address": self.address, "topics": list(self.topics), "data": self.data}
 
-    def decoded(self) -> DecodedEvent | None:
+    @cached_property
+    def event(self) -> DecodedEvent | None:
         """The event of an indexed interface, or None for a log that is none of them (a
-        contract may emit events we do not read)."""
+        contract may emit events we do not read). Decoded once: decoding is most of what a
+        log costs the indexer."""
         try:
             return decode_log(self.rpc())
         except AbiDecodeError:

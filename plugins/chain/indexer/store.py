@@ -10,7 +10,7 @@ indexer transactions of one chain never overlap.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -176,14 +176,16 @@ def registered_instances(connection: Connection, chain_id: int) -> list[str]:
         .order_by(tokens.c.instance_address)).scalars())
 
 
-def final_logs(connection: Connection, chain_id: int, first: int, last: int) -> list[RawLog]:
-    """The followed logs of blocks ``first..last`` (final: one branch only), in order."""
+def final_logs(connection: Connection, chain_id: int, first: int, last: int,
+               events: Sequence[str]) -> list[RawLog]:
+    """The followed logs named ``events`` of blocks ``first..last`` (final: one branch
+    only), in order."""
     return [RawLog.from_row(row) for row in connection.execute(
         select(logs).where(logs.c.chain_id == chain_id, logs.c.block_number >= first,
-                           logs.c.block_number <= last)
+                           logs.c.block_number <= last, logs.c.event.in_(events))
         .order_by(logs.c.block_number, logs.c.log_index))]
 
 
 def _event_name(log: RawLog) -> str:
-    event = log.decoded()
+    event = log.event
     return event.name if event is not None else "unknown"
