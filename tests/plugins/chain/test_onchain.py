@@ -47,8 +47,10 @@ from tests.support.chain.deploy import (
     Deployment,
     Dpnm,
     Virtuals,
+    VirtualsAddresses,
     deploy_stack,
     dpnm_of,
+    launch_virtuals,
     virtuals_of,
 )
 from tests.support.chain.rpc_proxy import RpcProxy, running_proxy
@@ -70,6 +72,7 @@ class World:
     earned_by_level: list[int]  # what the user's RewardPaid events paid, by level
     fees: int  # 20% of every buy on chain A's instance
     gwt_claimed: int
+    graduated: VirtualsAddresses  # a second bonding-curve token, bought past its threshold
 
 
 def _fee(receipt_amount: int) -> int:
@@ -108,9 +111,15 @@ async def _build(anvils: tuple[Anvil, Anvil]) -> World:
         trader = await chain_a.new_account()
         await fund_asset(virtuals, trader, 500 * UNIT)
         await bonding_buy(virtuals, trader, 500 * UNIT)
+        # Constant product from 6,000 of virtual liquidity: 42,000 of the asset leaves 1/8
+        # of the supply in the pair, the graduation threshold.
+        graduating = await launch_virtuals(chain_a, deployment_a.platform, "Agent Two", "ATWO")
+        await fund_asset(graduating, trader, 45_000 * UNIT)
+        await bonding_buy(graduating, trader, 42_000 * UNIT)
         return World(anvils, (deployment_a, deployment_b), user.key.hex(), earned,
                      sum(_fee(amount) for amount in bought),
-                     sum(event["amount"] for event in claimed))
+                     sum(event["amount"] for event in claimed),
+                     VirtualsAddresses(graduating.token.address, graduating.pair.address))
 
 
 @pytest.fixture(scope="module")
@@ -190,10 +199,11 @@ async def _until_indexed(http: httpx.AsyncClient, path: str, ready: Any) -> dict
     with trio.fail_after(INDEXED_WITHIN):
         while True:
             response = await http.get(path)
-            assert response.status_code == 200, response.text
             body: dict[str, Any] = response.json()
-            if ready(body):
+            if response.status_code == 200 and ready(body):
                 return body
+            assert response.status_code == 200 or _error(response) == (
+                503, "token_not_indexed"), response.text
             await trio.sleep(0.2)
 
 
@@ -363,7 +373,8 @@ async def test_token_onchain_dpnm_and_virtuals(served: Served, world: World) -> 
     deployment = world.deployments[0]
     async with httpx.AsyncClient(base_url=served.running.base_url, timeout=30) as internal:
         for slug, template, instance in (("flowa", "dpnm", deployment.dpnm.instance),
-                                         ("agent-one", "virtuals", deployment.virtuals.token)):
+                                         ("agent-one", "virtuals", deployment.virtuals.token),
+                                         ("agent-two", "virtuals", world.graduated.token)):
             registered = await internal.put(f"/internal/tokens/{slug}", headers=INTERNAL, json={
                 "ownerAddress": deployment.platform.factory, "template": template,
                 "chainId": CHAIN_IDS[0], "instance": instance})
@@ -373,6 +384,7 @@ async def test_token_onchain_dpnm_and_virtuals(served: Served, world: World) -> 
         dpnm_body = await _until_indexed(
             http, "/tokens/flowa/onchain", lambda body: body["lifetimeGwtMinted"] != "0")
         curve = await _until_indexed(http, "/tokens/agent-one/onchain", lambda body: True)
+        graduated = await _until_indexed(http, "/tokens/agent-two/onchain", lambda body: True)
     async with open_chain(world.anvils[0].url) as chain:
         dpnm = dpnm_of(chain, deployment.platform, deployment.dpnm)
         block = dpnm_body["blockNumber"]
@@ -390,6 +402,17 @@ async def test_token_onchain_dpnm_and_virtuals(served: Served, world: World) -> 
             "lifetimeFeesUsdt": _amount(world.fees),
             "lifetimeGwtMinted": _amount(world.gwt_claimed)}
         await _check_curve(chain, deployment, curve)
+        bonding = chain.contract("Bonding", deployment.platform.bonding)
+        info = await bonding.call("tokenInfo", world.graduated.token,
+                                  block=graduated["blockNumber"])
+        reserves = await chain.contract("FPair", world.graduated.pair).call(
+            "getReserves", block=graduated["blockNumber"])
+        assert (info[11], info[12]) == (False, True) and int(info[3], 16) != 0
+        assert {key: graduated[key] for key in ("graduated", "trading", "tradingOnUniswap",
+                                                "agentToken", "pair", "reserves")} == {
+            "graduated": True, "trading": False, "tradingOnUniswap": True,
+            "agentToken": info[3].lower(), "pair": world.graduated.pair.lower(),
+            "reserves": {"token": _amount(reserves[0]), "asset": _amount(reserves[1])}}
 
 
 async def _check_curve(chain: Chain, deployment: Deployment, body: dict[str, Any]) -> None:
