@@ -63,7 +63,7 @@ chromium:
 
 test: lint typecheck pytest
 
-bench: $(STAMP) wrk
+bench: $(STAMP) $(NODE_STAMP) wrk
 	$(BIN)/python -m bench.run_all
 
 clean:
