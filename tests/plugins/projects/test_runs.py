@@ -144,7 +144,7 @@ async def test_timeouts_crashes_and_cancellation_end_runs(
 
 async def test_the_queue_orders_runs_by_priority(tmp_path: Path, nursery: trio.Nursery
                                                  ) -> None:
-    model = FakeOpenAI([Stall(2)] + [turn("Done.")] * 4)
+    model = FakeOpenAI([Stall(2), *[turn("Done.")] * 4])
     base_url = await nursery.start(model.serve)
     async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
                               backend="openai", model_base_url=base_url, model="m",
@@ -175,7 +175,8 @@ async def test_the_queue_orders_runs_by_priority(tmp_path: Path, nursery: trio.N
 
             runs: dict[str, RunRecord | None] = {}
             await eventually(all_ended, timeout=20)
-            started = {name: run.started_at for name, run in runs.items() if run}
+            started = {name: run.started_at for name, run in runs.items()
+                       if run is not None and run.started_at is not None}
             blocker = runs["blocker"]
             assert blocker is not None and blocker.ended_at is not None
             # The dedicated run took its own slot while the blocker held the shared one;
