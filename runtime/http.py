@@ -32,7 +32,7 @@ from runtime.errors import (
 )
 from runtime.inputs import BoundedIntegerConverter, FlowsvcRequest
 from runtime.openapi import ServiceOpenAPI, Success, answers
-from runtime.openapi_docs import install_docs_page
+from runtime.openapi_docs import install_docs
 from runtime.pipeline import Pipeline
 from runtime.service import Service
 from runtime.shared import SharedState
@@ -86,17 +86,15 @@ def _http_exception(exc: HTTPException) -> ServiceError:
 
 def create_app(service: Service) -> Quart:
     """The app for ``service``; mounts the blueprints of every enabled plugin."""
-    app = QuartTrio("flowsvc")
+    app = QuartTrio("flowsvc", static_folder=None)  # no /static route: nothing to serve
     app.request_class = FlowsvcRequest
     app.url_map.converters["int"] = BoundedIntegerConverter
     app.extensions["flowsvc"] = service
     app.config["MAX_CONTENT_LENGTH"] = service.settings.service.max_body_bytes
     app.config["QUART_SCHEMA_CONVERT_CASING"] = False
-    schema = QuartSchema(app, openapi_path="/openapi.json", swagger_ui_path=None,
-                         redoc_ui_path=None, scalar_ui_path=None,
-                         info=Info(title="flowsvc", version="0.1.0"),
+    schema = QuartSchema(app, openapi_path=None, info=Info(title="flowsvc", version="0.1.0"),
                          openapi_provider_class=ServiceOpenAPI)
-    install_docs_page(app, "flowsvc")
+    install_docs(app, schema.openapi_provider, "flowsvc")
     # quart-schema wraps make_response to turn returned models into responses; every view
     # here returns a Response already, and the wrapper costs every request a conversion.
     del app.make_response

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dis
+import functools
 import inspect
 import re
 import types
@@ -176,6 +177,13 @@ def _functions_within(function: types.FunctionType) -> Iterator[object]:
             continue
 
 
+@functools.cache
+def _reachable(function: types.FunctionType) -> tuple[object, ...]:
+    """``_functions_within``, read once per function: views share most of their helpers
+    (reading bytecode is most of the document's cost)."""
+    return tuple(_functions_within(function))
+
+
 def read_view(view: Callable[..., Any]) -> _Reading:
     """The caller a view requires and the errors its code names, following the functions of
     the project (``runtime`` and the view's own top package) it calls."""
@@ -198,7 +206,7 @@ def read_view(view: Callable[..., Any]) -> _Reading:
         elif isinstance(item, types.FunctionType) and id(item) not in seen and \
                 _own_module(item, packages):
             seen.add(id(item))
-            pending.extend(_functions_within(item))
+            pending.extend(_reachable(item))
     # An InternalError is what the service answers for a bug: never part of the contract.
     reading.errors = frozenset(found - {errors.InternalError})
     return reading

@@ -1,5 +1,7 @@
-"""``/docs``: Swagger UI over ``/openapi.json``, served by the service itself.
+"""``/openapi.json`` and ``/docs``, Swagger UI over it, served by the service itself.
 
+The document is built once, on its first request, in a worker thread: reading every route
+takes a second or so of CPU, which would otherwise stall every request of the process.
 The viewer's files come from the ``swagger-ui-bundle-v2`` package (Swagger UI 5, which reads
 OpenAPI 3.1) and are answered from ``/docs/assets/``: the page needs no network, unlike
 quart-schema's own page, which loads Swagger UI from a CDN.
@@ -7,10 +9,13 @@ quart-schema's own page, which loads Swagger UI from a CDN.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import trio
 from quart import Quart, Response
 from quart_schema import hide
+from quart_schema.openapi import OpenAPIProvider
 from swagger_ui_bundle import swagger_ui_path
 
 from runtime.errors import NotFound
@@ -48,8 +53,21 @@ _START = """window.ui = SwaggerUIBundle({
 """
 
 
-def install_docs_page(app: Quart, title: str) -> None:
-    """Serve the page at ``/docs`` and its assets at ``/docs/assets/<name>``."""
+def install_docs(app: Quart, provider: OpenAPIProvider, title: str) -> None:
+    """Serve ``provider``'s document at ``/openapi.json``, the page at ``/docs`` and its
+    assets at ``/docs/assets/<name>``."""
+    document: list[bytes] = []  # the JSON, once built
+    building = trio.Lock()
+
+    @app.get("/openapi.json")
+    @hide
+    async def openapi_document() -> Response:
+        async with building:
+            if not document:
+                document.append(await trio.to_thread.run_sync(
+                    lambda: json.dumps(provider.schema()).encode()))
+        return Response(document[0], content_type="application/json")
+
     page = _PAGE.format(title=title)
     # Read once at start (1.7 MB), never from a request: no file I/O on the event loop.
     assets = {name: ((_ASSETS_DIR / name).read_bytes(), content_type)
