@@ -3,31 +3,36 @@
 A plugin's ``hooks.py`` writes::
 
     flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
-        "keys", KeysSettings, tables.metadata, Path(__file__).parent / "migrations")
+        "keys", KeysSettings, "plugins.keys.tables", Path(__file__).parent / "migrations")
 
-pluggy finds hook implementations by attribute name, so assigning them is enough.
+pluggy finds hook implementations by attribute name, so assigning them is enough. The
+tables module is named, not imported: it is imported when the tables are first asked for,
+so that a command which needs no database (``flowsvc --help``) loads no SQLAlchemy.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
-
-from sqlalchemy import MetaData
+from typing import TYPE_CHECKING
 
 from runtime.config import Section
 from runtime.hookspecs import hookimpl
 from runtime.hooktypes import PluginConfig
 
+if TYPE_CHECKING:
+    from sqlalchemy import MetaData
 
-def standard_hooks(name: str, settings: type[Section], metadata: MetaData, migrations: Path
+
+def standard_hooks(name: str, settings: type[Section], tables_module: str, migrations: Path
                    ) -> tuple[Callable[[], PluginConfig], Callable[[], MetaData],
                               Callable[[], Path]]:
     """``flowsvc_plugin_config``, ``flowsvc_tables`` and ``flowsvc_migrations`` of a plugin.
 
     :param name: the plugin name (its ``[plugins.<name>]`` table).
     :param settings: the model of that table.
-    :param metadata: the plugin's tables.
+    :param tables_module: the dotted name of the module whose ``metadata`` holds its tables.
     :param migrations: the folder of its Alembic revisions.
     """
 
@@ -37,6 +42,7 @@ def standard_hooks(name: str, settings: type[Section], metadata: MetaData, migra
 
     @hookimpl
     def flowsvc_tables() -> MetaData:
+        metadata: MetaData = importlib.import_module(tables_module).metadata
         return metadata
 
     @hookimpl

@@ -1,48 +1,51 @@
-"""Hook implementations of the auth plugin."""
+"""Hook implementations of the auth plugin.
+
+Only the settings and the commands are imported with this module; each hook imports what
+it uses, so that ``flowsvc --help``, which loads every plugin's hooks for their commands,
+loads no web stack.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from quart import Blueprint, Request, Response
-
-from plugins.auth import routes, tables
-from plugins.auth.bot import messenger_actor
 from plugins.auth.commands import ACCESS_CODES
 from plugins.auth.dev_wallet import DEV_WALLET
-from plugins.auth.housekeeping import housekeeper_actor
-from plugins.auth.session_view import session_view_actor
-from plugins.auth.sessions import (
-    SessionClaims,
-    extend_session,
-    issue_token,
-    rotation_due,
-    set_session_cookie,
-)
 from plugins.auth.settings import AuthSettings
-from plugins.auth.state import AUTH, ROTATION, SESSION
-from runtime.actors import ActorSpec
-from runtime.context import RequestContext
 from runtime.hookspecs import hookimpl
 from runtime.hooktypes import Command
 from runtime.plugin_kit import standard_hooks
-from runtime.principal import Credentials, Principal
-from runtime.service import Service
-from runtime.wire import utcnow
+
+if TYPE_CHECKING:
+    from quart import Blueprint, Request, Response
+
+    from plugins.auth.sessions import SessionClaims
+    from runtime.actors import ActorSpec
+    from runtime.context import RequestContext
+    from runtime.principal import Credentials, Principal
+    from runtime.service import Service
 
 flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
-    "auth", AuthSettings, tables.metadata, Path(__file__).parent / "migrations")
+    "auth", AuthSettings, "plugins.auth.tables", Path(__file__).parent / "migrations")
 
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    from plugins.auth import routes
+
     return [routes.blueprint]
 
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    from plugins.auth.bot import messenger_actor
+    from plugins.auth.housekeeping import housekeeper_actor
+    from plugins.auth.session_view import session_view_actor
+    from plugins.auth.state import AUTH
+
     state = service.state(AUTH)
     return [session_view_actor(service, state.view, state.settings.revocation_poll_seconds),
             messenger_actor(service, state.settings), housekeeper_actor(service)]
@@ -60,6 +63,9 @@ def flowsvc_authenticate(service: Service, credentials: Credentials, context: Re
 
     CPU only: the token memo and the session view answer without I/O (docs/auth.md).
     """
+    from plugins.auth.state import AUTH, ROTATION, SESSION
+    from runtime.principal import Principal
+
     bearer = credentials.bearer
     if credentials.api_key is not None or (bearer and bearer.startswith("sk_live_")):
         return None  # an API key request is the keys plugin's, whatever cookie comes along
@@ -84,6 +90,9 @@ def flowsvc_after_request(service: Service, request: Request, response: Response
 
     Only a rotation waits (for the database), so only then is an awaitable returned.
     """
+    from plugins.auth.sessions import rotation_due
+    from plugins.auth.state import ROTATION
+
     claims = context.get(ROTATION)
     if claims is None or response.status_code >= 400 or \
             not rotation_due(claims, service.settings.jwt.rotate_after_hours):
@@ -92,6 +101,14 @@ def flowsvc_after_request(service: Service, request: Request, response: Response
 
 
 async def _rotate(service: Service, response: Response, claims: SessionClaims) -> None:
+    from plugins.auth.sessions import (
+        SessionClaims,
+        extend_session,
+        issue_token,
+        set_session_cookie,
+    )
+    from runtime.wire import utcnow
+
     jwt_settings = service.settings.jwt
     now = utcnow()
     expires = now + timedelta(days=jwt_settings.session_days)
