@@ -13,8 +13,11 @@ so that a command which needs no database (``flowsvc --help``) loads no SQLAlche
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from runtime.config import Section
@@ -50,3 +53,26 @@ def standard_hooks(name: str, settings: type[Section], tables_module: str, migra
         return migrations
 
     return flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations
+
+
+def lazy_module(name: str) -> ModuleType:
+    """The module ``name``, imported at the first access to one of its attributes.
+
+    For the modules a plugin's per-request hooks use: ``hooks.py`` is loaded by every
+    command, ``flowsvc --help`` included, which must not import the web stack; an import
+    in the hook's body would cost microseconds on every request, while after its first use
+    this module is an ordinary one (the standard library's ``LazyLoader``).
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"no module named {name!r}", name=name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, module)  # as an import binds it
+    spec.loader.exec_module(module)
+    return module

@@ -12,16 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 from plugins.keys.settings import KeysSettings
 from runtime.hookspecs import hookimpl
-from runtime.plugin_kit import standard_hooks
+from runtime.plugin_kit import lazy_module, standard_hooks
 
 if TYPE_CHECKING:
     from quart import Blueprint, Request, Response
 
+    from plugins.keys import pipeline
     from runtime.actors import ActorSpec
     from runtime.context import RequestContext
     from runtime.hooktypes import ReadinessCheck
     from runtime.principal import Credentials, Principal
     from runtime.service import Service
+else:
+    pipeline = lazy_module("plugins.keys.pipeline")  # the request hooks' (see lazy_module)
 
 flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
     "keys", KeysSettings, "plugins.keys.tables", Path(__file__).parent / "migrations")
@@ -73,16 +76,12 @@ def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
 @hookimpl
 def flowsvc_authenticate(service: Service, credentials: Credentials, context: RequestContext
                          ) -> Principal | None | Awaitable[Principal | None]:
-    from plugins.keys import pipeline
-
     return pipeline.authenticate(service, credentials, context)
 
 
 @hookimpl
 def flowsvc_before_request(service: Service, request: Request,
                            context: RequestContext) -> Awaitable[None] | None:
-    from plugins.keys import pipeline
-
     principal = context.principal
     call = context.get(pipeline.KEY_CALL)
     if principal is not None and principal.via == "api_key" and call is not None:
@@ -93,6 +92,4 @@ def flowsvc_before_request(service: Service, request: Request,
 @hookimpl
 def flowsvc_after_request(service: Service, request: Request, response: Response,
                           context: RequestContext) -> Awaitable[None] | None:
-    from plugins.keys import pipeline
-
     return pipeline.finish(service, request, response, context)
