@@ -2,7 +2,9 @@
 
 They give the core tables and migrations, authenticate internal callers, price routes
 from ``[pricing]``, run the housekeeping actor that purges expired idempotency keys and the
-one that writes batched log lines (``runtime.logs``).
+one that writes batched log lines (``runtime.logs``). Like a plugin's hooks, this module
+imports at its top only what the request hooks need, so that ``flowsvc --help`` loads no
+database or web stack.
 """
 
 from __future__ import annotations
@@ -10,20 +12,20 @@ from __future__ import annotations
 import hmac
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
-from sqlalchemy import MetaData
 
-from runtime.actors import ActorSpec, Mailbox
-from runtime.backoff import until_available
 from runtime.hookspecs import hookimpl
-from runtime.idempotency import purge_expired
 from runtime.logs import FLUSH_SECONDS, flush_logs
 from runtime.principal import Credentials, Principal
-from runtime.service import Service
-from runtime.users import metadata
 from runtime.wire import MICRO
+
+if TYPE_CHECKING:
+    from sqlalchemy import MetaData
+
+    from runtime.actors import ActorSpec, Mailbox
+    from runtime.service import Service
 
 log = logging.getLogger("flowsvc.core")
 PURGE_INTERVAL_SECONDS = 3600.0
@@ -31,6 +33,8 @@ PURGE_INTERVAL_SECONDS = 3600.0
 
 @hookimpl
 def flowsvc_tables() -> MetaData:
+    from runtime.users import metadata
+
     return metadata
 
 
@@ -59,6 +63,10 @@ def flowsvc_request_cost(service: Service, route: str, method: str) -> int | Non
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    from runtime.actors import ActorSpec
+    from runtime.backoff import until_available
+    from runtime.idempotency import purge_expired
+
     async def housekeeper(mailbox: Mailbox, *,
                           task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

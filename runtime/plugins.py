@@ -117,6 +117,20 @@ def disabled_plugin_migrations(enabled: list[str]) -> list[Path]:
     return folders
 
 
+class FlowsvcPluginManager(pluggy.PluginManager):
+    """pluggy's manager, looking for hook implementations only among ``flowsvc_*`` names.
+
+    pluggy inspects every attribute of a plugin module by default; this manager reads only
+    the names a hook can have, as pytest's does with ``pytest_*``, so that a module a hooks
+    module imports lazily (``runtime.plugin_kit.lazy_module``) stays unloaded until used.
+    """
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        if not name.startswith("flowsvc_"):
+            return None
+        return super().parse_hookimpl_opts(plugin, name)
+
+
 def get_plugin_manager(enabled: list[str]) -> pluggy.PluginManager:
     """A fresh manager with the essential hooks and the ``enabled`` plugins, each
     registered after the plugins it requires.
@@ -125,7 +139,7 @@ def get_plugin_manager(enabled: list[str]) -> pluggy.PluginManager:
         is not enabled.
     :raises pluggy.PluginValidationError: a plugin implements a hook that does not exist.
     """
-    manager = pluggy.PluginManager("flowsvc")
+    manager = FlowsvcPluginManager("flowsvc")
     manager.add_hookspecs(hookspecs)
     if os.environ.get("FLOWSVC_TRACE_HOOKS"):
         manager.trace.root.setwriter(log.debug)

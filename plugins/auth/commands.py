@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import secrets
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, insert
-
-from plugins.auth.identities import hash_code
-from plugins.auth.tables import access_codes
 from runtime.hooktypes import Command
-from runtime.service import Service
-from runtime.wire import utcnow
 
-
-def new_access_codes(connection: Connection, count: int) -> list[str]:
-    """Create ``count`` single-use codes; only their hashes are stored."""
-    codes = [f"ac_{secrets.token_urlsafe(18)}" for _ in range(count)]
-    now = utcnow()
-    connection.execute(insert(access_codes),
-                       [{"code_hash": hash_code(code), "created_at": now} for code in codes])
-    return codes
+if TYPE_CHECKING:
+    from runtime.service import Service
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +19,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _run(service: Service, args: argparse.Namespace) -> int:
+    # Imported here: `flowsvc --help` reads this module and needs no database.
+    from plugins.auth.identities import new_access_codes
+
     for code in await service.db.write(new_access_codes, args.count):
         print(code)
     return 0

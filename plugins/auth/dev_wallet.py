@@ -26,12 +26,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
-from plugins.auth.state import AUTH
 from runtime.hooktypes import Command
-from runtime.service import Service
+
+if TYPE_CHECKING:
+    from runtime.service import Service
 
 KEY_FILE = "dev-wallet.key"
 DEV_TEMPLATE = "dpnm"  # the template of development tokens (nothing is deployed)
@@ -132,6 +134,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _run(service: Service, args: argparse.Namespace) -> int:
     from flowsvc_client import ApiError
+
+    from plugins.auth.state import AUTH
 
     settings = service.settings
     if not settings.embedded or settings.service.environment == "production":

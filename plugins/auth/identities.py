@@ -8,9 +8,10 @@ out to be used is never committed).
 from __future__ import annotations
 
 import hashlib
+import secrets
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from plugins.auth.errors import (
@@ -30,6 +31,15 @@ from runtime.wire import as_utc, utcnow
 def hash_code(code: str) -> str:
     """The stored form of an access code (only hashes are stored)."""
     return hashlib.sha256(code.strip().encode()).hexdigest()
+
+
+def new_access_codes(connection: Connection, count: int) -> list[str]:
+    """Create ``count`` single-use codes; only their hashes are stored."""
+    codes = [f"ac_{secrets.token_urlsafe(18)}" for _ in range(count)]
+    now = utcnow()
+    connection.execute(insert(access_codes),
+                       [{"code_hash": hash_code(code), "created_at": now} for code in codes])
+    return codes
 
 
 def short_address(address: str) -> str:

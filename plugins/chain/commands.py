@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from plugins.chain.tokens import list_tokens, upsert_token
-from runtime.errors import Conflict, InvalidRequest
 from runtime.hooktypes import Command
-from runtime.service import Service
+
+if TYPE_CHECKING:
+    from runtime.service import Service
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +23,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _run(service: Service, args: argparse.Namespace) -> int:
+    # Imported here: `flowsvc --help` reads this module and needs no database.
+    from plugins.chain.tokens import list_tokens, upsert_token
+    from runtime.errors import Conflict, InvalidRequest
+
     if args.action == "list":
         for token in await service.db.read(list_tokens):
             print(f"{token.slug}\t{token.owner_address}\t{token.template}\t"

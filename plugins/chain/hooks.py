@@ -1,41 +1,49 @@
 """Hook implementations of the chain plugin: the token registry (its table, routes, command
-and the ``TOKENS`` contract), the RPC pools and the indexer of each configured chain, the
-FLOW balance alert routes and the webhook events the indexer emits."""
+and the ``TOKENS`` contract), the RPC pools and one indexer per configured chain, the
+on-chain read endpoints, FLOW balance alerts and the webhook events the indexer emits.
+
+Only the settings are imported with this module; each hook imports what it uses, so that
+``flowsvc --help``, which loads every plugin's hooks for their commands, loads no web stack.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from quart import Blueprint
-
-from plugins.chain import alert_routes, routes, tables
 from plugins.chain.commands import TOKENS_COMMAND
-from plugins.chain.indexer.actor import indexer_actor
-from plugins.chain.onchain import routes as onchain_routes
 from plugins.chain.settings import ChainSettings
-from plugins.chain.state import CHAIN, rpc_actor
-from plugins.chain.tokens import RegisteredTokens
-from runtime.actors import ActorSpec
-from runtime.contracts import Provision, provision
-from runtime.contracts.tokens import TOKENS
-from runtime.events import EventType
 from runtime.hookspecs import hookimpl
-from runtime.hooktypes import Command, ReadinessCheck
+from runtime.hooktypes import Command
 from runtime.plugin_kit import standard_hooks
-from runtime.service import Service
+
+if TYPE_CHECKING:
+    from quart import Blueprint
+
+    from runtime.actors import ActorSpec
+    from runtime.contracts import Provision
+    from runtime.events import EventType
+    from runtime.hooktypes import ReadinessCheck
+    from runtime.service import Service
 
 flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
-    "chain", ChainSettings, tables.metadata, Path(__file__).parent / "migrations")
+    "chain", ChainSettings, "plugins.chain.tables", Path(__file__).parent / "migrations")
 
 
 @hookimpl
 def flowsvc_provides(service: Service) -> list[Provision[Any]]:
+    from plugins.chain.tokens import RegisteredTokens
+    from runtime.contracts import provision
+    from runtime.contracts.tokens import TOKENS
+
     return [provision(TOKENS, RegisteredTokens())]
 
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    from plugins.chain.indexer.actor import indexer_actor
+    from plugins.chain.state import CHAIN, rpc_actor
+
     return [rpc_actor(service),
             *(indexer_actor(service, chain) for chain in service.state(CHAIN).chains.values())]
 
@@ -43,6 +51,9 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
 @hookimpl
 def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
     """Ready unless a chain's indexer stopped (a reorg deeper than its finality depth)."""
+    from plugins.chain.state import CHAIN
+    from runtime.hooktypes import ReadinessCheck
+
 
     async def indexers() -> dict[str, Any]:
         state = service.state(CHAIN)
@@ -60,6 +71,9 @@ def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    from plugins.chain import alert_routes, routes
+    from plugins.chain.onchain import routes as onchain_routes
+
     return [routes.blueprint, onchain_routes.blueprint, alert_routes.blueprint]
 
 
@@ -70,6 +84,8 @@ def flowsvc_commands() -> list[Command]:
 
 @hookimpl
 def flowsvc_webhook_events() -> list[EventType]:
+    from runtime.events import EventType
+
     return [
         EventType("flow.balance.low", "The caller's FLOW balance fell below the threshold they "
                   "set with PUT /me/alerts/flow-balance (balance, threshold, chain_id, "

@@ -1,38 +1,49 @@
-"""Hook implementations of the keys plugin."""
+"""Hook implementations of the keys plugin.
+
+Only the settings are imported with this module; each hook imports what it uses, so that
+``flowsvc --help``, which loads every plugin's hooks for their commands, loads no web stack.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from quart import Blueprint, Request, Response
-
-from plugins.keys import pipeline, routes, tables
-from plugins.keys.directory import directory_actor
-from plugins.keys.meter import meter_actor
 from plugins.keys.settings import KeysSettings
-from plugins.keys.state import KEYS
-from plugins.keys.usage import usage_actor
-from runtime.actors import ActorSpec
-from runtime.context import RequestContext
 from runtime.hookspecs import hookimpl
-from runtime.hooktypes import ReadinessCheck
-from runtime.plugin_kit import standard_hooks
-from runtime.principal import Credentials, Principal
-from runtime.service import Service
+from runtime.plugin_kit import lazy_module, standard_hooks
+
+if TYPE_CHECKING:
+    from quart import Blueprint, Request, Response
+
+    from plugins.keys import pipeline
+    from runtime.actors import ActorSpec
+    from runtime.context import RequestContext
+    from runtime.hooktypes import ReadinessCheck
+    from runtime.principal import Credentials, Principal
+    from runtime.service import Service
+else:
+    pipeline = lazy_module("plugins.keys.pipeline")  # the request hooks' (see lazy_module)
 
 flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
-    "keys", KeysSettings, tables.metadata, Path(__file__).parent / "migrations")
+    "keys", KeysSettings, "plugins.keys.tables", Path(__file__).parent / "migrations")
 
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    from plugins.keys import routes
+
     return [routes.blueprint]
 
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    from plugins.keys.directory import directory_actor
+    from plugins.keys.meter import meter_actor
+    from plugins.keys.state import KEYS
+    from plugins.keys.usage import usage_actor
+
     state = service.state(KEYS)
     settings = state.settings
     return [
@@ -47,6 +58,9 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
 
 @hookimpl
 def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
+    from plugins.keys.state import KEYS
+    from runtime.hooktypes import ReadinessCheck
+
     usage = service.state(KEYS).usage
 
     async def usage_log() -> dict[str, Any]:

@@ -1,35 +1,29 @@
-"""Hook implementations of the projects plugin."""
+"""Hook implementations of the projects plugin.
+
+Only the settings are imported with this module; each hook imports what it uses, so that
+``flowsvc --help``, which loads every plugin's hooks for their commands, loads no web stack.
+"""
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from quart import Blueprint
-
-from plugins.projects import routes, tables
-from plugins.projects.engine.ending import EVENT_TYPES
-from plugins.projects.engine.run_queue import queue_spec
-from plugins.projects.engine.templates import builtin_templates
-from plugins.projects.engine.tools import builtin_tools
-from plugins.projects.live.hub import hub_spec
-from plugins.projects.provided import EngineRuns, ProjectSources
-from plugins.projects.records.notifier import notifier_spec, notify_later
 from plugins.projects.settings import ProjectsSettings
-from plugins.projects.state import PROJECTS_STATE
-from runtime.actors import ActorSpec
-from runtime.agents import AgentTemplate, Tool
-from runtime.contracts import Provision, provision
-from runtime.contracts.projects import PROJECTS
-from runtime.contracts.runs import AGENT_RUNS
-from runtime.events import EventType
 from runtime.hookspecs import hookimpl
 from runtime.plugin_kit import standard_hooks
-from runtime.service import Service
+
+if TYPE_CHECKING:
+    from quart import Blueprint
+
+    from runtime.actors import ActorSpec
+    from runtime.agents import AgentTemplate, Tool
+    from runtime.contracts import Provision
+    from runtime.events import EventType
+    from runtime.service import Service
 
 flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
-    "projects", ProjectsSettings, tables.metadata, Path(__file__).parent / "migrations")
+    "projects", ProjectsSettings, "plugins.projects.tables", Path(__file__).parent / "migrations")
 
 
 @hookimpl
@@ -40,17 +34,32 @@ def flowsvc_requires() -> list[str]:
 
 @hookimpl
 def flowsvc_provides(service: Service) -> list[Provision[Any]]:
+    from plugins.projects.provided import EngineRuns, ProjectSources
+    from plugins.projects.state import PROJECTS_STATE
+    from runtime.contracts import provision
+    from runtime.contracts.projects import PROJECTS
+    from runtime.contracts.runs import AGENT_RUNS
+
     return [provision(AGENT_RUNS, EngineRuns(service, service.state(PROJECTS_STATE))),
             provision(PROJECTS, ProjectSources())]
 
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    from plugins.projects import routes
+
     return [routes.blueprint]
 
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    from functools import partial
+
+    from plugins.projects.engine.run_queue import queue_spec
+    from plugins.projects.live.hub import hub_spec
+    from plugins.projects.records.notifier import notifier_spec, notify_later
+    from plugins.projects.state import PROJECTS_STATE
+
     settings = service.state(PROJECTS_STATE).settings
     # Started in this order and stopped in reverse: the queue stops first, so the runs it
     # ends on the way out still reach the stream hub and the notifier.
@@ -60,14 +69,20 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
 
 @hookimpl
 def flowsvc_webhook_events() -> list[EventType]:
+    from plugins.projects.engine.ending import EVENT_TYPES
+
     return EVENT_TYPES
 
 
 @hookimpl
 def flowsvc_agent_templates() -> list[AgentTemplate]:
+    from plugins.projects.engine.templates import builtin_templates
+
     return builtin_templates()
 
 
 @hookimpl
 def flowsvc_agent_tools(service: Service) -> list[Tool]:
+    from plugins.projects.engine.tools import builtin_tools
+
     return builtin_tools()

@@ -22,7 +22,7 @@ from flowsvc_client import (
     Unauthenticated,
 )
 
-from plugins.auth.commands import new_access_codes
+from plugins.auth.identities import new_access_codes
 from runtime.server import Running
 from tests.support.server import make_settings, running_server, settings_env
 from tests.support.tokens import add_token

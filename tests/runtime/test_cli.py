@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +173,30 @@ def test_an_unreachable_redis_names_the_cause(cli_env: dict[str, str],
     assert "cannot reach Redis at 127.0.0.1:" in error
     assert "ConnectionRefusedError" in error and "ExceptionGroup" not in error
     gc.collect()  # here, under this test's filter, not in a later test
+
+
+# What `flowsvc --help` must not load: the web, database, Redis and chain stacks make it take
+# seconds (issue 14 asks for under one). Checked as imports, not as a time: a time swings with
+# the machine's load, the set of imported modules does not.
+REPOSITORY = Path(__file__).resolve().parents[2]
+HEAVY_PACKAGES = ("quart", "hypercorn", "sqlalchemy", "psycopg", "coredis", "redis", "httpx",
+                  "jwt", "eth_account", "eth_abi", "web3")
+
+
+def test_help_lists_every_plugin_command_without_loading_the_web_or_database_stack(
+        tmp_path: Path) -> None:
+    script = ("import sys\n"
+              "from runtime.cli import main\n"
+              "try:\n"
+              "    main(['--help'])\n"
+              "except SystemExit:\n"
+              "    pass\n"
+              f"print('LOADED', sorted(name for name in {HEAVY_PACKAGES!r} "
+              "if name in sys.modules))\n")
+    finished = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120,
+                              env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPOSITORY)})
+    assert finished.returncode == 0, finished.stderr
+    for command in ("serve", "migrate", "plugins", "tokens", "access-codes", "dev-wallet"):
+        assert command in finished.stdout
+    assert "LOADED []" in finished.stdout

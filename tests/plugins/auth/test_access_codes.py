@@ -11,7 +11,7 @@ import httpx
 import trio
 from sqlalchemy import func, select
 
-from plugins.auth.commands import new_access_codes
+from plugins.auth.identities import new_access_codes
 from runtime.server import Running
 from runtime.users import users
 from tests.support.server import ROOT, client

@@ -22,7 +22,7 @@ import trio
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from plugins.auth.commands import new_access_codes
+from plugins.auth.identities import new_access_codes
 from plugins.chain.indexed import indexed_head
 from plugins.chain.onchain.routes import ONCHAIN
 from plugins.chain.state import CHAIN
