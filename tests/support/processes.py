@@ -112,7 +112,13 @@ def serving(env: dict[str, str], ports: list[int], *args: str
         stop(processes)
 
 
-def _wait_ready(process: subprocess.Popen[bytes], port: int, timeout: float = 30) -> None:
+# Wide: several service processes starting at once on a loaded two-core machine have taken
+# over 30 s to answer (a ready server answers at once, so the width costs nothing).
+READY_TIMEOUT_SECONDS = 120.0
+
+
+def _wait_ready(process: subprocess.Popen[bytes], port: int,
+                timeout: float = READY_TIMEOUT_SECONDS) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
