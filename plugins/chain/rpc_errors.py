@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from plugins.chain.rangehints import RangeHint, parse_range_hint
+from runtime.errors import Unavailable
 
 # JSON-RPC and EIP-1474 codes that mean "this request is wrong", whichever node answers it.
 _DETERMINISTIC_CODES = frozenset({3, -32601, -32602})
@@ -78,9 +79,10 @@ class RpcTransientError(RpcError):
         self.retry_after = retry_after
 
 
-class RpcUnavailable(RpcError):
+class RpcUnavailable(RpcError, Unavailable):
     """No URL of the pool could answer: every URL is cooling down, or each one tried failed
-    transiently, or the deadline passed. The chain plugin answers it as 503 ``unavailable``.
+    transiently, or the deadline passed. An ``Unavailable``: a route answers it as 503
+    ``unavailable``, and an actor waits it out as an outage (``runtime.errors.is_outage``).
 
     :param retry_after: seconds until the first URL leaves its cooldown, when that is known.
     """

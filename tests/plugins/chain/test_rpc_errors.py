@@ -12,9 +12,11 @@ from plugins.chain.rpc_errors import (
     LogRangeTooLarge,
     RpcDeterministicError,
     RpcTransientError,
+    RpcUnavailable,
     classify_error,
     redact_url,
 )
+from runtime.errors import is_outage
 
 
 @pytest.mark.parametrize(("method", "error", "kind", "outcome"), [
@@ -80,3 +82,10 @@ def test_a_chain_id_mismatch_names_every_wrong_url() -> None:
     error = ChainIdMismatch(56, [("https://a/***", 97), ("https://b", 1)])
     assert str(error) == ("expected chain id 56: https://a/*** serves chain id 97; "
                           "https://b serves chain id 1")
+
+
+def test_an_rpc_pool_with_no_answering_url_is_an_outage_answered_503() -> None:
+    error = RpcUnavailable("chain 56: every RPC URL is cooling down", retry_after=2.0)
+    assert is_outage(error)  # an actor waits it out instead of crashing
+    assert (error.status, error.code) == (503, "unavailable")
+    assert not is_outage(ExecutionReverted("execution reverted", code=3, data="0x"))
