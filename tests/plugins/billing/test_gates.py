@@ -2,7 +2,8 @@
 subscriptions: ``priorityQueue`` and ``dedicatedRuntime`` in the run queue, ``premiumAgents``
 in the marketplace, changing the moment a subscription activates or lapses.
 
-(``fasterSse`` and ``privateProjects`` need code in the projects plugin: docs/billing.md.)
+``fasterSse`` and ``privateProjects`` are observed by the projects plugin's own tests
+(``tests/plugins/projects/test_feature_gates.py``).
 """
 
 from __future__ import annotations
