@@ -49,8 +49,10 @@ class ChainState:
     @classmethod
     def create(cls, service: Service) -> ChainState:
         settings = service.plugin_settings("chain", ChainSettings)
+        # As many idle connections as may be open: a closed one costs the next request a
+        # new TCP connection (several requests at once on each chain's URLs are usual).
         client = httpx.AsyncClient(limits=httpx.Limits(max_connections=64,
-                                                       max_keepalive_connections=16))
+                                                       max_keepalive_connections=64))
         rpc_metrics = RpcMetrics(service.metrics.registry)
         chains = {chain.id: chain for chain in settings.chains}
         pools = {}
