@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar
 from quart import Quart
 from quart_schema import QuartSchema
 from quart_schema.openapi import OpenAPIProvider
+from quart_schema.validation import QUART_SCHEMA_REQUEST_ATTRIBUTE, validate_request
 from werkzeug.routing.rules import Rule
 
 from runtime import errors
@@ -238,6 +239,23 @@ def _markdown(text: str) -> str:
     return _ROLE.sub(r"`\1`", text).replace("``", "`")
 
 
+def _body_required(view: Callable[..., Any]) -> bool:
+    """Whether a request must carry a body: always under ``validate_request`` (it refuses a
+    missing body); under ``document_request`` (the view reads the body itself, an empty one
+    as ``{}``) when the model refuses ``{}``."""
+    function: Any = view
+    while function is not None:
+        if function.__code__.co_qualname.startswith(f"{validate_request.__name__}."):
+            return True
+        function = getattr(function, "__wrapped__", None)
+    model = getattr(view, QUART_SCHEMA_REQUEST_ATTRIBUTE)[0]
+    try:
+        model.model_validate({})
+    except ValueError:  # pydantic's ValidationError, or a validator's own
+        return True
+    return False
+
+
 def _error_response(status: int, codes: set[str]) -> dict[str, Any]:
     response: dict[str, Any] = {
         "description": ", ".join(sorted(codes)),
@@ -307,8 +325,8 @@ class ServiceOpenAPI(OpenAPIProvider):
             operation["description"] = description
             operation["tags"] = [self._tags.get(blueprint, SERVICE_TAG)]
             operation["security"] = [] if rule.endpoint in _PROBES else SECURITY[reading.caller]
-            if "requestBody" in operation:  # validate_request refuses a missing body
-                operation["requestBody"]["required"] = True
+            if "requestBody" in operation:
+                operation["requestBody"]["required"] = _body_required(view)
             for parameter in operation["parameters"]:
                 if parameter["in"] == "path" and parameter["schema"].get("type") == "integer":
                     parameter["schema"].update(minimum=0, maximum=MAX_ID)
