@@ -25,11 +25,12 @@ from bench.harness import RESULTS_DIR
 ARGUMENTS: dict[str, list[str]] = {
     "bench.bench_baseline": ["--duration", "3", "--rounds", "3"],
     "bench.bench_db_threads": ["--duration", "3", "--rounds", "2"],
-    "bench.bench_keys": ["--duration", "2", "--rounds", "3"],
+    "bench.bench_keys": ["--duration", "2", "--rounds", "2"],
     "bench.bench_marketplace": ["--agents", "20000", "--deep", "18000", "--duration", "3"],
+    "bench.bench_onchain": ["--rounds", "2", "--duration", "3"],
     "bench.bench_pipeline": ["--requests", "200", "--warmup", "100", "--no-in-process"],
     "bench.bench_session": ["--duration", "3", "--rounds", "3"],
-    "bench.bench_webhooks": ["--events", "2000", "--seconds", "10"],
+    "bench.bench_webhooks": ["--events", "1000", "--seconds", "6"],
 }
 # Counted in instructions, which do not move with the machine's load: run beside the others
 # from the start (its valgrind servers take minutes) instead of adding minutes at the end.
