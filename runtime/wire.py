@@ -45,6 +45,21 @@ def format_flow(micro: int) -> str:
     return f"{sign}{whole}.{fraction:06d}"
 
 
+def format_units(value: int, decimals: int = 18) -> str:
+    """Return ``value`` base units of a token with ``decimals`` decimals as an exact decimal
+    string with trailing zeros trimmed (on-chain amounts, payment amounts):
+    ``format_units(15 * 10**17) == "1.5"``, ``"0"``, ``"1234"``, ``"-0.000000000000000001"``.
+
+    :raises ValueError: ``decimals`` is negative.
+    """
+    if decimals < 0:
+        raise ValueError("decimals must not be negative")
+    sign = "-" if value < 0 else ""
+    whole, fraction = divmod(abs(value), 10**decimals)
+    digits = f"{fraction:0{decimals}d}".rstrip("0") if decimals else ""
+    return f"{sign}{whole}.{digits}" if digits else f"{sign}{whole}"
+
+
 def parse_flow(value: object, field: str, *, allow_negative: bool = False) -> int:
     """A FLOW amount from a decimal string (preferred) or a JSON number, in micro-FLOW.
 

@@ -127,20 +127,6 @@ def parse_signature(signature: str) -> Abi:
     return entry
 
 
-def format_units(value: int, decimals: int = 18) -> str:
-    """Return ``value`` base units as an exact decimal string with trailing zeros trimmed:
-    ``format_units(15 * 10**17) == "1.5"``, ``"0"``, ``"1234"``, ``"-0.000000000000000001"``.
-
-    :raises ValueError: ``decimals`` is negative.
-    """
-    if decimals < 0:
-        raise ValueError("decimals must not be negative")
-    sign = "-" if value < 0 else ""
-    whole, fraction = divmod(abs(value), 10**decimals)
-    digits = f"{fraction:0{decimals}d}".rstrip("0") if decimals else ""
-    return f"{sign}{whole}.{digits}" if digits else f"{sign}{whole}"
-
-
 def hex_bytes(value: str) -> bytes:
     """Return the bytes of a ``0x`` hex string from JSON-RPC. Raises ``AbiDecodeError``."""
     if not isinstance(value, str) or not value.startswith("0x"):

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal, localcontext
 
 import pytest
 
 from runtime.errors import InvalidRequest
-from runtime.wire import MICRO, as_utc, format_flow, iso, iso_from_unix, parse_flow, utcnow
+from runtime.wire import (
+    MICRO,
+    as_utc,
+    format_flow,
+    format_units,
+    iso,
+    iso_from_unix,
+    parse_flow,
+    utcnow,
+)
 
 
 def test_iso_is_utc_with_milliseconds_and_z() -> None:
@@ -75,3 +85,37 @@ def test_parse_flow_refuses_inexact_or_invalid_amounts(value: object, why: str) 
 
 def test_negative_amounts_when_allowed() -> None:
     assert parse_flow("-1.25", "delta", allow_negative=True) == -1_250_000
+
+
+@pytest.mark.parametrize(("value", "decimals", "text"), [
+    (0, 18, "0"),
+    (1, 18, "0.000000000000000001"),
+    (10**18, 18, "1"),
+    (15 * 10**17, 18, "1.5"),
+    (1234 * 10**18, 18, "1234"),
+    (1234 * 10**18 + 5 * 10**15, 18, "1234.005"),
+    (10**18 - 1, 18, "0.999999999999999999"),
+    (-1, 18, "-0.000000000000000001"),
+    (-25 * 10**17, 18, "-2.5"),
+    (2**256 - 1, 18, "115792089237316195423570985008687907853269984665640564039457"
+                      ".584007913129639935"),
+    (1_500_000, 6, "1.5"),
+    (1234, 0, "1234"),
+    (-7, 0, "-7"),
+])
+def test_format_units_is_exact(value: int, decimals: int, text: str) -> None:
+    assert format_units(value, decimals) == text
+
+
+def test_format_units_agrees_with_exact_decimal_arithmetic() -> None:
+    with localcontext() as context:
+        context.prec = 200
+        for exponent in range(0, 78, 7):
+            value = 3**exponent * 7 + exponent
+            expected = format(Decimal(value).scaleb(-18).normalize(), "f")
+            assert format_units(value) == expected
+
+
+def test_format_units_refuses_negative_decimals() -> None:
+    with pytest.raises(ValueError):
+        format_units(1, -1)

@@ -16,13 +16,7 @@ from typing import Any
 
 from plugins.billing.providers import ChargeDeclined, Confirmation, Opened, Order, Payment
 from runtime.errors import NotFound
-
-
-def format_token(amount: int, decimals: int) -> str:
-    """Base units as an exact decimal string, trailing zeros trimmed (``"20.012345"``)."""
-    whole, fraction = divmod(amount, 10**decimals)
-    digits = f"{fraction:0{decimals}d}".rstrip("0")
-    return f"{whole}.{digits}" if digits else str(whole)
+from runtime.wire import format_units
 
 
 class UsdtBep20:
@@ -45,7 +39,7 @@ class UsdtBep20:
     def describe(self, amount: int) -> dict[str, Any]:
         """The transfer that pays an invoice of ``amount`` base units."""
         return {"chainId": self.chain_id, "token": self.token, "address": self.treasury,
-                "amount": format_token(amount, self.decimals)}
+                "amount": format_units(amount, self.decimals)}
 
     def verify_callback(self, headers: Mapping[str, str], body: bytes, now: float
                         ) -> Confirmation:

@@ -24,7 +24,7 @@ from quart import Blueprint, Response
 from quart_schema import document_querystring, document_response, validate_querystring
 from sqlalchemy import Connection
 
-from plugins.chain.abi import AbiDecodeError, format_units
+from plugins.chain.abi import AbiDecodeError
 from plugins.chain.indexed import earned_by_level, indexed_head, token_counters
 from plugins.chain.onchain.errors import (
     AddressNotActivated,
@@ -52,6 +52,7 @@ from runtime.context import caller_first, require_user
 from runtime.errors import NotFound
 from runtime.http import current_service, json_response
 from runtime.service import Service, StateSlot
+from runtime.wire import format_units
 
 T = TypeVar("T")
 

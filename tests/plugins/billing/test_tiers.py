@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from plugins.billing.providers.usdt_bep20 import format_token
 from plugins.billing.tiers import features, prorate
+from runtime.wire import format_units
 
 DAY = 86400
 MONTH = 30 * DAY
@@ -38,6 +38,6 @@ def test_prorating_is_exact_and_rounds_half_up_to_the_cent(
 
 
 def test_token_amounts_are_exact_with_trailing_zeros_trimmed() -> None:
-    assert format_token(20_012_345 * 10**12, 18) == "20.012345"
-    assert format_token(200 * 10**18, 18) == "200"
-    assert format_token(1, 18) == "0.000000000000000001"
+    assert format_units(20_012_345 * 10**12, 18) == "20.012345"
+    assert format_units(200 * 10**18, 18) == "200"
+    assert format_units(1, 18) == "0.000000000000000001"

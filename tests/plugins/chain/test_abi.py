@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, localcontext
 from typing import Any
 
 import pytest
@@ -12,7 +11,6 @@ from eth_utils.crypto import keccak
 from plugins.chain.abi import (
     AbiDecodeError,
     Interface,
-    format_units,
     hex_bytes,
     parse_signature,
 )
@@ -97,40 +95,6 @@ def test_event_topics_are_the_keccak_of_their_canonical_signatures() -> None:
         text="RewardPaid(address,address,uint256,uint256)")
     assert ERC20.events["Transfer"].topic0.hex() == (
         "ddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef")
-
-
-@pytest.mark.parametrize(("value", "decimals", "text"), [
-    (0, 18, "0"),
-    (1, 18, "0.000000000000000001"),
-    (10**18, 18, "1"),
-    (15 * 10**17, 18, "1.5"),
-    (1234 * 10**18, 18, "1234"),
-    (1234 * 10**18 + 5 * 10**15, 18, "1234.005"),
-    (10**18 - 1, 18, "0.999999999999999999"),
-    (-1, 18, "-0.000000000000000001"),
-    (-25 * 10**17, 18, "-2.5"),
-    (2**256 - 1, 18, "115792089237316195423570985008687907853269984665640564039457"
-                      ".584007913129639935"),
-    (1_500_000, 6, "1.5"),
-    (1234, 0, "1234"),
-    (-7, 0, "-7"),
-])
-def test_format_units_is_exact(value: int, decimals: int, text: str) -> None:
-    assert format_units(value, decimals) == text
-
-
-def test_format_units_agrees_with_exact_decimal_arithmetic() -> None:
-    with localcontext() as context:
-        context.prec = 200
-        for exponent in range(0, 78, 7):
-            value = 3**exponent * 7 + exponent
-            expected = format(Decimal(value).scaleb(-18).normalize(), "f")
-            assert format_units(value) == expected
-
-
-def test_format_units_refuses_negative_decimals() -> None:
-    with pytest.raises(ValueError):
-        format_units(1, -1)
 
 
 @pytest.mark.parametrize("text", ["", "0x0", "12", "0xzz"])
