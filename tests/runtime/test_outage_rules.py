@@ -6,7 +6,6 @@ The whole service through a minute of database and Redis outage is in
 
 from __future__ import annotations
 
-import gc
 import logging
 
 import pytest
@@ -84,8 +83,6 @@ async def test_until_available_lets_a_bug_through_at_once(autojump_clock: MockCl
     assert attempts == 1
 
 
-# coredis leaves the buffers of a connection that never connected to the garbage collector.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_a_redis_that_is_down_answers_unavailable_from_every_call() -> None:
     nobody = f"redis://127.0.0.1:{free_port()}/0"  # a port nothing listens on
     async with open_shared_state(nobody, redis_prefix()) as shared:
@@ -95,4 +92,3 @@ async def test_a_redis_that_is_down_answers_unavailable_from_every_call() -> Non
                          lambda: shared.hit_window("bucket", 10, 60.0)):
                 with pytest.raises(Unavailable):
                     await call()
-    gc.collect()  # here, under this test's filter, not in a later test
