@@ -20,9 +20,10 @@ import math
 import secrets
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
@@ -269,16 +270,23 @@ class RedisAccess:
         return entries
 
 
-@contextmanager
-def _redis_outage_is_unavailable() -> Iterator[None]:
-    """Turn a Redis outage (``is_outage``) into ``Unavailable``: a route that meets one
-    answers 503 ``unavailable`` rather than 500. Anything else (a bug) passes unchanged."""
-    try:
-        yield
-    except Exception as exc:
-        if is_outage(exc) and not isinstance(exc, Unavailable):
+class _RedisOutageIsUnavailable:
+    """``with`` it around a Redis call: a Redis outage (``is_outage``) becomes
+    ``Unavailable``, so a route that meets one answers 503 ``unavailable`` rather than 500;
+    anything else (a bug) passes unchanged. A class rather than ``@contextmanager``: it is on
+    the path of every rate-limited request, and a generator-based one costs several times
+    more per use."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if isinstance(exc, Exception) and is_outage(exc) and not isinstance(exc, Unavailable):
             raise Unavailable("redis is unavailable") from exc
-        raise
+
+
+_redis_outage_is_unavailable = _RedisOutageIsUnavailable()
 
 
 class RedisSharedState:
@@ -305,7 +313,7 @@ class RedisSharedState:
     async def hit_window(self, key: str, limit: int, window: float) -> WindowDecision:
         now_ms = int(time.time() * 1000)
         member = f"{now_ms}:{secrets.token_hex(6)}"
-        with _redis_outage_is_unavailable():
+        with _redis_outage_is_unavailable:
             reply: list[int] = await self._window_script(
                 keys=[self.key(window_key(key))],
                 args=[now_ms, int(window * 1000), limit, member])
@@ -314,24 +322,24 @@ class RedisSharedState:
         return _decision(bool(allowed), limit, int(count), oldest_s, now_ms / 1000, window)
 
     async def get(self, key: str) -> str | None:
-        with _redis_outage_is_unavailable():
+        with _redis_outage_is_unavailable:
             return await self._client.get(self.key(key))
 
     async def set(self, key: str, value: str, *, ttl: float | None = None,
                   only_if_absent: bool = False) -> bool:
         px = int(ttl * 1000) if ttl else None
-        with _redis_outage_is_unavailable():
+        with _redis_outage_is_unavailable:
             result = await self._client.set(
                 self.key(key), value, px=px,
                 condition=coredis.PureToken.NX if only_if_absent else None)
         return bool(result)
 
     async def delete(self, key: str) -> None:
-        with _redis_outage_is_unavailable():
+        with _redis_outage_is_unavailable:
             await self._client.delete([self.key(key)])
 
     async def publish(self, channel: str, message: str) -> None:
-        with _redis_outage_is_unavailable():
+        with _redis_outage_is_unavailable:
             await self._client.publish(self.key(channel), message)
 
     @asynccontextmanager
