@@ -179,7 +179,7 @@ class RpcEndpoint:
         """
         with trio.move_on_at(deadline):
             request = self._client.build_request("POST", self.url, json=payload)
-            request.stream = _OneChunk(request.content)
+            request.stream = OneChunk(request.content)
             try:
                 response = await self._client.send(request)
             except httpx.HTTPError as error:
@@ -216,7 +216,7 @@ class RpcEndpoint:
         return classified
 
 
-class _OneChunk(httpx.AsyncByteStream):
+class OneChunk(httpx.AsyncByteStream):
     """A request body sent as one chunk by a plain iterator. httpx's own body stream is an
     async generator: a request cancelled while sending leaves it unfinished, and Trio warns
     (ResourceWarning) when it is collected. Deadlines make such cancellations ordinary here."""
