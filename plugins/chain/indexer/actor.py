@@ -42,7 +42,12 @@ from plugins.chain.indexer.final import FinalWork, run_final
 from plugins.chain.indexer.logs import Followed, RawLog, unique_in_order
 from plugins.chain.indexer.store import BlockRef, Cursor, LeaseLost, Step
 from plugins.chain.logrange import LogChunk, LogRangeSizer, Topics, fetch_logs
-from plugins.chain.rpc_errors import RpcDeterministicError, RpcError, RpcTransientError
+from plugins.chain.rpc_errors import (
+    ExecutionReverted,
+    RpcDeterministicError,
+    RpcError,
+    RpcTransientError,
+)
 from plugins.chain.settings import ChainConfig
 from plugins.chain.state import CHAIN
 from plugins.chain.views import BALANCE_OF, ECOSYSTEM, Ecosystem
@@ -59,6 +64,7 @@ BACKOFF_INITIAL = 0.5
 BACKOFF_MAX = 10.0
 ZERO_ADDRESS = "0x" + "00" * 20
 USDT_ALIAS = "usdt"  # a watch's token meaning the chain's configured USDT
+REGISTRY_INTERVAL = 5.0  # seconds between reads of the registry for new tokens, while idle
 
 
 class DeepReorg(Exception):
@@ -93,6 +99,8 @@ class ChainIndexer:
         self.renewed_at = -math.inf
         self.backoff = BACKOFF_INITIAL
         self.head_seen: dict[str, tuple[int, float]] = {}
+        self.unreadable: dict[str, tuple[str, str]] = {}  # instance: name in /readyz, why
+        self.registry_read_at = -math.inf
         self.rng = random.Random()
 
     async def run(self) -> None:
@@ -140,6 +148,7 @@ class ChainIndexer:
             self.backoff = BACKOFF_INITIAL
             if not progressed:
                 await self.renew_if_due()
+                await self.follow_registered_if_due()
                 await trio.sleep(self.chain.poll_interval_seconds)
 
     async def acquire(self) -> Cursor:
@@ -174,15 +183,45 @@ class ChainIndexer:
                     self.watched.setdefault(address, set()).add(watch.recipient.lower())
         launched = await self.service.db.read(store.launched_instances, self.chain.id,
                                               self.chain.factory)
-        instances = [self.chain.flow_instance,
-                     *await self.service.db.read(store.registered_instances, self.chain.id),
-                     *(instance for instance, template in map(_launched, launched)
-                       if template in FOLLOWED_TEMPLATES)]
-        for instance in dict.fromkeys(instances):
-            if instance not in self.followed.instances:
-                ecosystem = await self.ecosystem(instance, "latest")
-                if ecosystem is not None:
-                    self.follow(instance, ecosystem)
+        self.unreadable = {}  # checked again each time the lease is taken
+        await self.follow_instances({
+            self.chain.flow_instance: "flow_instance",
+            **{instance: instance for instance, template in map(_launched, launched)
+               if template in FOLLOWED_TEMPLATES},
+            **await self.service.db.read(store.registered_instances, self.chain.id)})
+
+    async def follow_registered_if_due(self) -> None:
+        """Follow the dpnm tokens registered since the registry was last read."""
+        if trio.current_time() - self.registry_read_at >= REGISTRY_INTERVAL:
+            await self.follow_instances(
+                await self.service.db.read(store.registered_instances, self.chain.id))
+
+    async def follow_instances(self, names: dict[str, str]) -> None:
+        """Follow the dpnm instances of ``names`` (instance to the name ``/readyz`` gives it:
+        the slug) not followed yet. One whose ``ecosystem()`` cannot be read (an EOA,
+        Multicall3, another contract) is marked unreadable: logged, named in ``/readyz`` and
+        the metrics, and stored for the on-chain endpoint; the others are indexed as usual."""
+        self.registry_read_at = trio.current_time()
+        readable: list[str] = []
+        unreadable: dict[str, str] = {}
+        for instance, name in names.items():
+            if instance in self.followed.instances or instance in self.unreadable:
+                continue
+            ecosystem = await self.ecosystem(instance, "latest")
+            if ecosystem is not None:
+                self.follow(instance, ecosystem)
+                readable.append(instance)
+                continue
+            unreadable[instance] = (f"{instance}: ecosystem() reverts or answers nothing a "
+                                    "dpnm instance answers: not a FLOW (dpnm) instance")
+            self.unreadable[instance] = (name, unreadable[instance])
+            log.error("chain %s: token %s is unreadable and not indexed: %s", self.chain.name,
+                      name, unreadable[instance])
+        if readable or unreadable:
+            await self.service.db.write(store.mark_unreadable, self.chain.id, unreadable,
+                                        readable)
+        self.status.unreadable = dict(self.unreadable.values())
+        self.metrics.unreadable.labels(self.chain.name).set(len(self.unreadable))
 
     def follow(self, instance: str, ecosystem: Ecosystem) -> list[str]:
         if instance == self.chain.flow_instance:
@@ -212,7 +251,7 @@ class ChainIndexer:
 
     async def history(self, first: int, last: int) -> None:
         async with self.walk(self.followed.addresses(), [], first, last) as chunks:
-            async for start, end, raw in chunks:
+            async for _start, end, raw in chunks:
 
                 async def more(addresses: list[str], since: int, end: int = end
                                ) -> list[RawLog]:
@@ -220,8 +259,12 @@ class ChainIndexer:
 
                 logs, grew = await self.discover([RawLog.of(item) for item in raw], more,
                                                  hex(end))
-                header = await self.header(end)
-                work = await self.final_work(start, end)
+                header = await self.canonical_header(end)
+                if header is None:
+                    assert self.cursor.head is not None
+                    await self.reorg(self.cursor.head.number)
+                    return
+                work = await self.final_work(self.first_unfinal(), end)
                 await self.commit(Step(logs, [header], header, end,
                                        partial(run_final, self.service, self.chain, work)))
                 self.cursor = Cursor(header, end, {end: header})
@@ -246,7 +289,7 @@ class ChainIndexer:
         final_number = min(number, head - self.chain.finality_depth)
         if old_final is not None:
             final_number = max(final_number, old_final)
-        first_final = max(old_final + 1 if old_final is not None else 0, self.chain.start_block)
+        first_final = self.first_unfinal()
         on_final = None
         if first_final <= final_number:
             work = await self.final_work(first_final, final_number)
@@ -255,6 +298,23 @@ class ChainIndexer:
         recent = {n: block for n, block in self.cursor.recent.items() if n >= final_number}
         recent[number] = header
         self.cursor = Cursor(header, final_number, recent)
+
+    def first_unfinal(self) -> int:
+        """The first block whose final work has not run: blocks counted at the tip stay
+        unfinal until a later step (at the tip or by history ranges) makes them final."""
+        final = self.cursor.final_number
+        return max(final + 1 if final is not None else 0, self.chain.start_block)
+
+    async def canonical_header(self, number: int) -> BlockRef | None:
+        """The header of block ``number``, or None when the block the cursor is on is no
+        longer the node's: a reorg seen late (the indexer was behind, restarted, or the node
+        jumped more than ``finality_depth`` blocks). One request: a batch of both headers,
+        asked after the range's logs, so a reorg during the range is seen too."""
+        current = self.cursor.head
+        if current is None:
+            return await self.header(number)
+        header, node = await self.headers([number, current.number])
+        return header if node.hash == current.hash else None
 
     async def check_shorter_chain(self, head: int) -> bool:
         """The node's head is below the indexed one: a reorg to a shorter branch if its block
@@ -328,13 +388,16 @@ class ChainIndexer:
         return unique_in_order(found), grew
 
     async def ecosystem(self, instance: str, block: str) -> Ecosystem | None:
-        data = await self.pool.call("eth_call", [{"to": instance,
-                                                  "data": "0x" + ECOSYSTEM.encode().hex()}, block],
-                                    deadline=self._deadline())
+        """The parts of dpnm ``instance``; None when it is no dpnm instance: no contract
+        there (yet), or one without ``ecosystem()`` (a revert, or an answer of another
+        shape)."""
         try:
+            data = await self.pool.call("eth_call", [{"to": instance, "data": "0x"
+                                                      + ECOSYSTEM.encode().hex()}, block],
+                                        deadline=self._deadline())
             return ECOSYSTEM.decode(bytes.fromhex(str(data).removeprefix("0x")))
-        except (AbiDecodeError, ValueError):
-            return None  # no contract there (yet), or not a dpnm instance
+        except (ExecutionReverted, AbiDecodeError, ValueError):
+            return None
 
     # ---- final blocks
 
@@ -410,16 +473,20 @@ class ChainIndexer:
                         self.chain.name, endpoint.label, self.chain.stall_timeout_seconds)
 
     async def header(self, number: int) -> BlockRef:
-        def checked(result: Any) -> BlockRef:
-            if not isinstance(result, dict):
-                raise RpcTransientError(f"block {number} is unknown to this node",
-                                        outcome="missing_block")
-            return BlockRef(int(result["number"], 16), str(result["hash"]).lower(),
-                            str(result["parentHash"]).lower(), int(result["timestamp"], 16))
-
         return await self.pool.run(lambda endpoint, until: endpoint.call_checked(
-            "eth_getBlockByNumber", [hex(number), False], checked, deadline=until),
-            deadline=self._deadline())
+            "eth_getBlockByNumber", [hex(number), False], partial(_block_ref, number),
+            deadline=until), deadline=self._deadline())
+
+    async def headers(self, numbers: Sequence[int]) -> list[BlockRef]:
+        """The headers of blocks ``numbers`` from one URL, in one JSON-RPC batch."""
+
+        async def attempt(endpoint: RpcEndpoint, until: float) -> list[BlockRef]:
+            answers = await endpoint.batch([("eth_getBlockByNumber", [hex(number), False])
+                                            for number in numbers], deadline=until)
+            return [_block_ref(number, answer.unwrap())
+                    for number, answer in zip(numbers, answers, strict=True)]
+
+        return await self.pool.run(attempt, deadline=self._deadline())
 
     async def logs_of_block(self, header: BlockRef, addresses: list[str]) -> list[RawLog]:
         def checked(result: Any) -> list[RawLog]:
@@ -471,6 +538,18 @@ def _waitable(error: BaseException) -> bool:
     again. A deterministic RPC error means our request is wrong: a bug."""
     return is_outage(error) or (isinstance(error, RpcError)
                                 and not isinstance(error, RpcDeterministicError))
+
+
+def _block_ref(number: int, result: Any) -> BlockRef:
+    """Block ``number``'s header from an ``eth_getBlockByNumber`` answer.
+
+    :raises RpcTransientError: the node does not know the block (the next URL may).
+    """
+    if not isinstance(result, dict):
+        raise RpcTransientError(f"block {number} is unknown to this node",
+                                outcome="missing_block")
+    return BlockRef(int(result["number"], 16), str(result["hash"]).lower(),
+                    str(result["parentHash"]).lower(), int(result["timestamp"], 16))
 
 
 def _launched(raw: RawLog) -> tuple[str, str | None]:
