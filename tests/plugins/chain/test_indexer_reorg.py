@@ -127,7 +127,8 @@ async def _figures(service: Service, chain_id: int, instance: str,
 
 
 async def test_a_reorg_first_seen_past_finality_is_rolled_back(
-        tmp_path: Path, anvil: Anvil, deployment: Deployment, chain: Chain) -> None:
+        tmp_path: Path, anvil: Anvil, deployment: Deployment, chain: Chain,
+        database_url: str) -> None:
     """The indexer counts tip blocks, stops; the node drops them and moves more than
     finality_depth blocks past them with other events; the indexer restarted rolls the
     dropped blocks back: its figures equal a fresh index of the canonical chain."""
@@ -139,9 +140,8 @@ async def test_a_reorg_first_seen_past_finality_is_rolled_back(
     depth = 8
     entries = [chain_entry(deployment.platform, [anvil.url], finality_depth=depth,
                            instance=instance)]
-    database = f"sqlite:///{tmp_path / 'db.sqlite'}"
     fork = await snapshot(chain.rpc)
-    async with indexing(tmp_path / "var", database, entries) as (running, _):
+    async with indexing(tmp_path / "var", database_url, entries) as (running, _):
         service = running.service
         await until_indexed(service, chain.chain_id, fork.number,
                             (await latest_block(chain.rpc))["hash"])
@@ -162,7 +162,7 @@ async def test_a_reorg_first_seen_past_finality_is_rolled_back(
     last = int(head["number"], 16)
     assert last - depth > fork.number + len(replaced.old)
 
-    async with indexing(tmp_path / "var", database, entries) as (running, _), \
+    async with indexing(tmp_path / "var", database_url, entries) as (running, _), \
             client(running) as http:
         service = running.service
         await until_indexed(service, chain.chain_id, last, head["hash"])
