@@ -200,24 +200,28 @@ class ChainIndexer:
         self.registry_read_at = trio.current_time()
         readable: list[str] = []
         unreadable: dict[str, str] = {}
-        for instance, name in names.items():
-            if instance in self.followed.instances or instance in self.unreadable:
-                continue
-            ecosystem = await self.node.ecosystem(instance, "latest")
-            if ecosystem is not None:
-                self.follow(instance, ecosystem)
-                readable.append(instance)
-                continue
-            unreadable[instance] = (f"{instance}: ecosystem() reverts or answers nothing a "
-                                    "dpnm instance answers: not a FLOW (dpnm) instance")
-            self.unreadable[instance] = (name, unreadable[instance])
-            log.error("chain %s: token %s is unreadable and not indexed: %s", self.chain.name,
-                      name, unreadable[instance])
-        if readable or unreadable:
-            await self.service.db.write(store.mark_unreadable, self.chain.id, unreadable,
-                                        readable)
-        self.status.unreadable = dict(self.unreadable.values())
-        self.metrics.unreadable.labels(self.chain.name).set(len(self.unreadable))
+        try:
+            for instance, name in names.items():
+                if instance in self.followed.instances or instance in self.unreadable:
+                    continue
+                ecosystem = await self.node.ecosystem(instance, "latest")
+                if ecosystem is not None:
+                    self.follow(instance, ecosystem)
+                    readable.append(instance)
+                    continue
+                unreadable[instance] = (f"{instance}: ecosystem() reverts or answers nothing a "
+                                        "dpnm instance answers: not a FLOW (dpnm) instance")
+                self.unreadable[instance] = (name, unreadable[instance])
+                log.error("chain %s: token %s is unreadable and not indexed: %s",
+                          self.chain.name, name, unreadable[instance])
+        finally:
+            # What was learnt before an outage stopped the loop is stored too: an instance
+            # followed now is not checked again, so its old mark must go.
+            self.status.unreadable = dict(self.unreadable.values())
+            self.metrics.unreadable.labels(self.chain.name).set(len(self.unreadable))
+            if readable or unreadable:
+                await self.service.db.write(store.mark_unreadable, self.chain.id, unreadable,
+                                            readable)
 
     def follow(self, instance: str, ecosystem: Ecosystem) -> list[str]:
         if instance == self.chain.flow_instance:
