@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import trio
 from sqlalchemy import func, select
 
 from plugins.chain.indexed import TokenCounters, earned_by_level, token_counters
@@ -24,6 +25,7 @@ from tests.support.chain.indexing import (
     until_final,
     until_indexed,
 )
+from tests.support.chain.rpc_proxy import running_proxy
 from tests.support.chain.service import chain_entry
 from tests.support.projects import eventually
 from tests.support.server import client
@@ -184,3 +186,45 @@ async def test_a_reorg_first_seen_past_finality_is_rolled_back(
     assert counters.lifetime_fees_usdt == expected.fees_usdt == before.lifetime_fees_usdt + 5 * UNIT
     assert counters.total_tree_positions == expected.tree_positions
     assert earned == [expected.earned.get(user.lower(), [0] * 10) for user in users]
+
+
+async def test_a_reorg_happening_while_the_node_is_unreachable_is_rolled_back(
+        tmp_path: Path, anvil: Anvil, deployment: Deployment, chain: Chain) -> None:
+    """The running indexer loses its node (502s) after counting tip blocks; meanwhile the
+    node drops them and moves more than finality_depth blocks on. When the node answers
+    again the indexer (never restarted) rolls them back."""
+    dpnm = await launch_dpnm(chain, deployment.platform)
+    instance = dpnm.instance.address
+    user = await join(dpnm, dpnm.root.address, usdt=500 * UNIT, months=1)
+    depth = 4
+    async with running_proxy(anvil.url) as proxy:
+        entries = [chain_entry(deployment.platform, [proxy.url], finality_depth=depth,
+                               instance=instance)]
+        async with indexing(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                            entries) as (running, _), client(running) as http:
+            service = running.service
+            fork = await snapshot(chain.rpc)
+            await buy(dpnm, user, 40 * UNIT)
+            top = await latest_block(chain.rpc)
+            await until_indexed(service, chain.chain_id, int(top["number"], 16), top["hash"])
+            assert (await service.db.read(token_counters, chain.chain_id,
+                                          instance)).lifetime_fees_usdt == 8 * UNIT
+
+            proxy.http_status = 502
+            await reorg(chain.rpc, fork)
+            await buy(dpnm, user, 25 * UNIT)
+            await mine(chain.rpc, depth + 30)
+            head = await latest_block(chain.rpc)
+            last = int(head["number"], 16)
+            await trio.sleep(1)  # the indexer meets the outage
+            proxy.http_status = None
+            await until_indexed(service, chain.chain_id, last, head["hash"], timeout=60)
+            expected = await expected_of(dpnm, last)
+            counters = await service.db.read(token_counters, chain.chain_id, instance)
+            assert counters.lifetime_fees_usdt == expected.fees_usdt == 5 * UNIT
+            assert await service.db.read(earned_by_level, chain.chain_id, instance,
+                                         dpnm.root.address) == \
+                expected.earned.get(dpnm.root.address.lower(), [0] * 10)
+            metrics = (await http.get("/metrics")).text
+            assert f'flowsvc_chain_reorgs_total{{chain="chain{chain.chain_id}"}} 1.0' in metrics
+            assert indexer_state(service, chain.chain_id) == "indexing"
