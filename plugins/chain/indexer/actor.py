@@ -187,10 +187,16 @@ class ChainIndexer:
             **await self.service.db.read(store.registered_instances, self.chain.id)})
 
     async def follow_registered_if_due(self) -> None:
-        """Follow the dpnm tokens registered since the registry was last read."""
-        if trio.current_time() - self.registry_read_at >= REGISTRY_INTERVAL:
-            await self.follow_instances(
-                await self.service.db.read(store.registered_instances, self.chain.id))
+        """Follow the dpnm tokens registered since the registry was last read; a slug moved
+        off an unreadable instance (its registration fixed) is named no more."""
+        if trio.current_time() - self.registry_read_at < REGISTRY_INTERVAL:
+            return
+        registered = await self.service.db.read(store.registered_instances, self.chain.id)
+        slugs = set(registered.values())
+        self.unreadable = {instance: (name, why) for instance, (name, why)
+                           in self.unreadable.items()
+                           if name not in slugs or registered.get(instance) == name}
+        await self.follow_instances(registered)
 
     async def follow_instances(self, names: dict[str, str]) -> None:
         """Follow the dpnm instances of ``names`` (instance to the name ``/readyz`` gives it:

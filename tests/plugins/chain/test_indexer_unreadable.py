@@ -77,6 +77,23 @@ async def test_a_token_on_an_address_that_is_no_flow_instance_is_unreadable(
             assert refused.status_code == 409, refused.text
             assert refused.json()["error"]["code"] == "token_unreadable"
 
+        # A registration changed while the service runs is checked again, the old one
+        # forgotten (here the slug moves to another address that is no instance either).
+        eoa = (await chain.new_account()).address.lower()
+        async with httpx.AsyncClient(base_url=running.base_url, timeout=30) as internal:
+            moved = await internal.put("/internal/tokens/wallet", headers=INTERNAL, json={
+                "ownerAddress": "0x" + "11" * 20, "template": "dpnm",
+                "chainId": chain.chain_id, "instance": eoa})
+        assert moved.status_code == 200, moved.text
+
+        async def moved_named() -> bool:
+            return eoa in (await _unreadable(running)).get("wallet", "")
+
+        await eventually(moved_named, timeout=20)
+        assert set(await _unreadable(running)) == {"multicall", "wallet"}
+        metrics = (await http.get("/metrics")).text
+        assert f'flowsvc_chain_unreadable_tokens{{chain="chain{chain.chain_id}"}} 2.0' in metrics
+
         # The chain's other tokens keep indexing.
         await buy(dpnm, user, 40 * UNIT)
         last = await head_number(chain.rpc)
