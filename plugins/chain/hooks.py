@@ -63,7 +63,7 @@ def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
             raise RuntimeError("indexer stopped: " + "; ".join(stopped))
         return {"chains": {state.chains[chain_id].name: {
             "state": status.state, "head": status.head, "indexed": status.indexed,
-            "final": status.final, "waiting": status.waiting}
+            "final": status.final, "waiting": status.waiting, "unreadable": status.unreadable}
             for chain_id, status in state.indexers.items()}}
 
     return [ReadinessCheck("chain_indexers", indexers)] if service.state(CHAIN).chains else []

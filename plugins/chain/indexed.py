@@ -1,6 +1,7 @@
 """What the indexer built, for the read endpoints: per-token counters, a user's earnings by
-tree level and how far a chain is indexed. Sync functions on an open connection (call them
-through ``service.db.read``); amounts are wei as ints, zeros while nothing is indexed.
+tree level, how far a chain is indexed and the tokens it could not read. Sync functions on
+an open connection (call them through ``service.db.read``); amounts are wei as ints, zeros
+while nothing is indexed.
 
 ``total_active_positions`` counts the users of the token who called ``activate()`` and
 whose tree activity (the newest ``ActiveUntilSet``/``TreeExtended`` of the tree) ends after
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, func, select
 
-from plugins.chain.tables import cursors, earnings, positions
+from plugins.chain.tables import cursors, earnings, positions, unreadable_tokens
 from plugins.chain.tables import token_counters as counters
 
 LEVELS = 10
@@ -45,6 +46,15 @@ def indexed_head(connection: Connection, chain_id: int) -> IndexedHead | None:
     if row is None or row.block_number is None:
         return None
     return IndexedHead(row.block_number, row.block_hash, row.block_time, row.final_number)
+
+
+def unreadable_reason(connection: Connection, chain_id: int, instance: str) -> str | None:
+    """Why the indexer could not read the token at ``instance`` (not a dpnm instance), or
+    None when it could (or has not looked yet)."""
+    return connection.execute(
+        select(unreadable_tokens.c.reason).where(unreadable_tokens.c.chain_id == chain_id,
+                                                 unreadable_tokens.c.instance == instance.lower())
+    ).scalar()
 
 
 def token_counters(connection: Connection, chain_id: int, instance: str) -> TokenCounters:

@@ -11,6 +11,8 @@
   after undoing their deltas.
 - ``chain_token_counters``, ``chain_positions``, ``chain_earnings``: what the indexer
   derives per token instance and per user.
+- ``chain_unreadable_tokens``: the registered tokens whose instance the indexer could not
+  read (not a dpnm instance: an EOA, another contract), with the reason.
 - ``chain_flow_alerts``: the FLOW balance threshold a user set; ``chain_flow_alert_states``
   whether their balance on a chain is below it (so crossing below is emitted once).
 
@@ -112,6 +114,14 @@ earnings = Table(
     Column("address", String(42), primary_key=True),
     Column("level", Integer, primary_key=True, autoincrement=False),
     Column("amount", String(AMOUNT_LENGTH), nullable=False),
+)
+
+unreadable_tokens = Table(
+    "chain_unreadable_tokens", metadata,
+    Column("chain_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("instance", String(42), primary_key=True),
+    Column("reason", String(200), nullable=False),
+    Column("checked_at", DateTime(timezone=True), nullable=False),
 )
 
 flow_alerts = Table(

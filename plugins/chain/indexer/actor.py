@@ -5,13 +5,21 @@ the pool fails over, it is not a reorg) and then:
 
 - **history**: while the next block is final (``head - finality_depth``), logs of the
   followed contracts come by adaptive ``eth_getLogs`` ranges (``logrange``); each range
-  commits in one transaction with its cursor and its final work.
+  commits in one transaction with its cursor and its final work. The batch that fetches a
+  range's last header also asks for the cursor block: a cursor block the node no longer has
+  is a reorg seen late (the indexer was behind, restarted, or the node jumped).
 - **tip**: block by block, the header (number, hash, parent hash) is kept while not final
   and its logs are fetched by block hash. A parent that is not the indexed head, or a head
-  below the indexed one whose block differs, is a reorg: walk back by number to the common
-  ancestor, undo the dropped blocks (``store.roll_back``) and follow the new branch. A reorg
-  that reaches the final block stops the indexer loudly (logged, ``/readyz`` fails).
+  below the indexed one whose block differs, is a reorg.
+- **reorgs**, however they are seen: walk back by number to the common ancestor, undo the
+  dropped blocks (``store.roll_back``) and index the canonical chain from there. A reorg
+  that reaches a block whose final work ran stops the indexer loudly (logged, ``/readyz``
+  fails).
 - blocks that became final run ``final`` in the same transaction as the step.
+
+The dpnm tokens of the registry are read at start and while idle; one whose instance is no
+dpnm instance is marked unreadable (``/readyz``, metrics, ``chain_unreadable_tokens``)
+instead of followed. Requests to the node are ``node``'s.
 
 A factory ``Launched`` of a dpnm instance adds its protocol and tree to the followed
 contracts at once, and their logs of the same range are fetched before the range commits.
@@ -23,29 +31,25 @@ from __future__ import annotations
 
 import logging
 import math
-import random
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import trio
 
 from plugins.chain import alerts
-from plugins.chain.abi import AbiDecodeError
 from plugins.chain.contracts import ERC20, TEMPLATES
-from plugins.chain.endpoint import RpcEndpoint
-from plugins.chain.health import CooldownPolicy
 from plugins.chain.indexer import store
 from plugins.chain.indexer.final import FinalWork, run_final
 from plugins.chain.indexer.logs import Followed, RawLog, unique_in_order
+from plugins.chain.indexer.node import ChainNode
 from plugins.chain.indexer.store import BlockRef, Cursor, LeaseLost, Step
-from plugins.chain.logrange import LogChunk, LogRangeSizer, Topics, fetch_logs
-from plugins.chain.rpc_errors import RpcDeterministicError, RpcError, RpcTransientError
+from plugins.chain.logrange import Topics
+from plugins.chain.rpc_errors import RpcDeterministicError, RpcError
 from plugins.chain.settings import ChainConfig
 from plugins.chain.state import CHAIN
-from plugins.chain.views import BALANCE_OF, ECOSYSTEM, Ecosystem
+from plugins.chain.views import Ecosystem
 from runtime.actors import ActorSpec, Mailbox
 from runtime.contracts.chain import FinalTransfer, TransferWatch
 from runtime.errors import is_outage
@@ -59,6 +63,7 @@ BACKOFF_INITIAL = 0.5
 BACKOFF_MAX = 10.0
 ZERO_ADDRESS = "0x" + "00" * 20
 USDT_ALIAS = "usdt"  # a watch's token meaning the chain's configured USDT
+REGISTRY_INTERVAL = 5.0  # seconds between reads of the registry for new tokens, while idle
 
 
 class DeepReorg(Exception):
@@ -80,20 +85,19 @@ class ChainIndexer:
         state = service.state(CHAIN)
         self.service = service
         self.chain = chain
-        self.pool = state.pools[chain.id]
         self.owner = state.owner
         self.lease_seconds = state.settings.lease_seconds
         self.status = state.indexers[chain.id]
         self.metrics = state.indexer_metrics
-        self.sizer = LogRangeSizer(cap=chain.max_log_range)
+        self.node = ChainNode(chain, state.pools[chain.id], state.indexer_metrics)
         self.followed = Followed(chain.factory)
         self.flow_token: str | None = None
         self.watched: dict[str, set[str]] = {}
         self.cursor = Cursor(None, None, {})
         self.renewed_at = -math.inf
         self.backoff = BACKOFF_INITIAL
-        self.head_seen: dict[str, tuple[int, float]] = {}
-        self.rng = random.Random()
+        self.unreadable: dict[str, tuple[str, str]] = {}  # instance: name in /readyz, why
+        self.registry_read_at = -math.inf
 
     async def run(self) -> None:
         try:
@@ -140,6 +144,7 @@ class ChainIndexer:
             self.backoff = BACKOFF_INITIAL
             if not progressed:
                 await self.renew_if_due()
+                await self.follow_registered_if_due()
                 await trio.sleep(self.chain.poll_interval_seconds)
 
     async def acquire(self) -> Cursor:
@@ -174,15 +179,55 @@ class ChainIndexer:
                     self.watched.setdefault(address, set()).add(watch.recipient.lower())
         launched = await self.service.db.read(store.launched_instances, self.chain.id,
                                               self.chain.factory)
-        instances = [self.chain.flow_instance,
-                     *await self.service.db.read(store.registered_instances, self.chain.id),
-                     *(instance for instance, template in map(_launched, launched)
-                       if template in FOLLOWED_TEMPLATES)]
-        for instance in dict.fromkeys(instances):
-            if instance not in self.followed.instances:
-                ecosystem = await self.ecosystem(instance, "latest")
+        self.unreadable = {}  # checked again each time the lease is taken
+        await self.follow_instances({
+            self.chain.flow_instance: "flow_instance",
+            **{instance: instance for instance, template in map(_launched, launched)
+               if template in FOLLOWED_TEMPLATES},
+            **await self.service.db.read(store.registered_instances, self.chain.id)})
+
+    async def follow_registered_if_due(self) -> None:
+        """Follow the dpnm tokens registered since the registry was last read; a slug moved
+        off an unreadable instance (its registration fixed) is named no more."""
+        if trio.current_time() - self.registry_read_at < REGISTRY_INTERVAL:
+            return
+        registered = await self.service.db.read(store.registered_instances, self.chain.id)
+        slugs = set(registered.values())
+        self.unreadable = {instance: (name, why) for instance, (name, why)
+                           in self.unreadable.items()
+                           if name not in slugs or registered.get(instance) == name}
+        await self.follow_instances(registered)
+
+    async def follow_instances(self, names: dict[str, str]) -> None:
+        """Follow the dpnm instances of ``names`` (instance to the name ``/readyz`` gives it:
+        the slug) not followed yet. One whose ``ecosystem()`` cannot be read (an EOA,
+        Multicall3, another contract) is marked unreadable: logged, named in ``/readyz`` and
+        the metrics, and stored for the on-chain endpoint; the others are indexed as usual."""
+        self.registry_read_at = trio.current_time()
+        readable: list[str] = []
+        unreadable: dict[str, str] = {}
+        try:
+            for instance, name in names.items():
+                if instance in self.followed.instances or instance in self.unreadable:
+                    continue
+                ecosystem = await self.node.ecosystem(instance, "latest")
                 if ecosystem is not None:
                     self.follow(instance, ecosystem)
+                    readable.append(instance)
+                    continue
+                unreadable[instance] = (f"{instance}: ecosystem() reverts or answers nothing a "
+                                        "dpnm instance answers: not a FLOW (dpnm) instance")
+                self.unreadable[instance] = (name, unreadable[instance])
+                log.error("chain %s: token %s is unreadable and not indexed: %s",
+                          self.chain.name, name, unreadable[instance])
+        finally:
+            # What was learnt before an outage stopped the loop is stored too: an instance
+            # followed now is not checked again, so its old mark must go.
+            self.status.unreadable = dict(self.unreadable.values())
+            self.metrics.unreadable.labels(self.chain.name).set(len(self.unreadable))
+            if readable or unreadable:
+                await self.service.db.write(store.mark_unreadable, self.chain.id, unreadable,
+                                            readable)
 
     def follow(self, instance: str, ecosystem: Ecosystem) -> list[str]:
         if instance == self.chain.flow_instance:
@@ -191,7 +236,7 @@ class ChainIndexer:
 
     async def advance(self) -> bool:
         """One step forward (or back, on a reorg); False when there was nothing to do."""
-        head = await self.node_head()
+        head = await self.node.head(self.cursor.final_number)
         final_head = head - self.chain.finality_depth
         current = self.cursor.head
         self.status.head = head
@@ -211,17 +256,21 @@ class ChainIndexer:
     # ---- history: final ranges
 
     async def history(self, first: int, last: int) -> None:
-        async with self.walk(self.followed.addresses(), [], first, last) as chunks:
-            async for start, end, raw in chunks:
+        async with self.node.walk(self.followed.addresses(), [], first, last) as chunks:
+            async for _start, end, raw in chunks:
 
                 async def more(addresses: list[str], since: int, end: int = end
                                ) -> list[RawLog]:
-                    return await self.logs_in(addresses, [], since, end)
+                    return await self.node.logs_in(addresses, [], since, end)
 
                 logs, grew = await self.discover([RawLog.of(item) for item in raw], more,
                                                  hex(end))
-                header = await self.header(end)
-                work = await self.final_work(start, end)
+                header = await self.canonical_header(end)
+                if header is None:
+                    assert self.cursor.head is not None
+                    await self.reorg(self.cursor.head.number)
+                    return
+                work = await self.final_work(self.first_unfinal(), end)
                 await self.commit(Step(logs, [header], header, end,
                                        partial(run_final, self.service, self.chain, work)))
                 self.cursor = Cursor(header, end, {end: header})
@@ -231,22 +280,23 @@ class ChainIndexer:
     # ---- tip: block by block
 
     async def tip(self, number: int, head: int) -> None:
-        header = await self.header(number)
+        header = await self.node.header(number)
         previous = self.cursor.head
         if previous is not None and header.parent_hash != previous.hash:
             await self.reorg(previous.number)
             return
 
         async def by_hash(addresses: list[str], _since: int) -> list[RawLog]:
-            return await self.logs_of_block(header, addresses)
+            return await self.node.logs_of_block(header, addresses)
 
-        logs, _ = await self.discover(await self.logs_of_block(header, self.followed.addresses()),
-                                      by_hash, hex(number))
+        logs, _ = await self.discover(
+            await self.node.logs_of_block(header, self.followed.addresses()), by_hash,
+            hex(number))
         old_final = self.cursor.final_number
         final_number = min(number, head - self.chain.finality_depth)
         if old_final is not None:
             final_number = max(final_number, old_final)
-        first_final = max(old_final + 1 if old_final is not None else 0, self.chain.start_block)
+        first_final = self.first_unfinal()
         on_final = None
         if first_final <= final_number:
             work = await self.final_work(first_final, final_number)
@@ -256,11 +306,28 @@ class ChainIndexer:
         recent[number] = header
         self.cursor = Cursor(header, final_number, recent)
 
+    def first_unfinal(self) -> int:
+        """The first block whose final work has not run: blocks counted at the tip stay
+        unfinal until a later step (at the tip or by history ranges) makes them final."""
+        final = self.cursor.final_number
+        return max(final + 1 if final is not None else 0, self.chain.start_block)
+
+    async def canonical_header(self, number: int) -> BlockRef | None:
+        """The header of block ``number``, or None when the block the cursor is on is no
+        longer the node's: a reorg seen late (the indexer was behind, restarted, or the node
+        jumped more than ``finality_depth`` blocks). One request: a batch of both headers,
+        asked after the range's logs, so a reorg during the range is seen too."""
+        current = self.cursor.head
+        if current is None:
+            return await self.node.header(number)
+        header, node = await self.node.headers([number, current.number])
+        return header if node.hash == current.hash else None
+
     async def check_shorter_chain(self, head: int) -> bool:
         """The node's head is below the indexed one: a reorg to a shorter branch if its block
         at that height differs from ours, else a node behind (wait for it)."""
         stored = self.cursor.recent.get(head)
-        if stored is not None and (await self.header(head)).hash != stored.hash:
+        if stored is not None and (await self.node.header(head)).hash != stored.hash:
             await self.reorg(head)
             return True
         return False
@@ -277,7 +344,7 @@ class ChainIndexer:
             if stored is None:
                 raise DeepReorg(f"block {number} differs from the indexed one and is not kept "
                                 f"(final block {final})")
-            node = await self.header(number)
+            node = await self.node.header(number)
             if node.hash == stored.hash:
                 break
             if final is not None and number <= final:
@@ -315,7 +382,7 @@ class ChainIndexer:
                 instance, template = _launched(raw)
                 if template not in FOLLOWED_TEMPLATES or instance in self.followed.instances:
                     continue
-                ecosystem = await self.ecosystem(instance, block)
+                ecosystem = await self.node.ecosystem(instance, block)
                 if ecosystem is None:
                     log.warning("chain %s: launched instance %s has no ecosystem(): not "
                                 "followed", self.chain.name, instance)
@@ -327,15 +394,6 @@ class ChainIndexer:
             grew = grew or bool(new)
         return unique_in_order(found), grew
 
-    async def ecosystem(self, instance: str, block: str) -> Ecosystem | None:
-        data = await self.pool.call("eth_call", [{"to": instance,
-                                                  "data": "0x" + ECOSYSTEM.encode().hex()}, block],
-                                    deadline=self._deadline())
-        try:
-            return ECOSYSTEM.decode(bytes.fromhex(str(data).removeprefix("0x")))
-        except (AbiDecodeError, ValueError):
-            return None  # no contract there (yet), or not a dpnm instance
-
     # ---- final blocks
 
     async def final_work(self, first: int, last: int) -> FinalWork:
@@ -346,108 +404,18 @@ class ChainIndexer:
         for token, recipients in sorted(self.watched.items()):
             topics: Topics = [TRANSFER_TOPIC, None,
                               [_topic(address) for address in sorted(recipients)]]
-            found = await self.logs_in([token], topics, first, last)
-            times = await self.block_times(sorted({raw.block_number for raw in found}))
+            found = await self.node.logs_in([token], topics, first, last)
+            times = await self.node.block_times(sorted({raw.block_number for raw in found}))
             transfers.extend(_transfer(self.chain.id, raw, times[raw.block_number])
                              for raw in found)
         balances: dict[str, int] = {}
         if self.flow_token is not None:
-            moved = {"0x" + topic[-40:] for raw in await self.logs_in(
+            moved = {"0x" + topic[-40:] for raw in await self.node.logs_in(
                 [self.flow_token], [TRANSFER_TOPIC], first, last) for topic in raw.topics[1:3]}
             alerted = await self.service.db.read(alerts.alerted_addresses,
                                                  sorted(moved - {ZERO_ADDRESS}))
-            balances = await self.balances(self.flow_token, alerted, last)
+            balances = await self.node.balances(self.flow_token, alerted, last)
         return FinalWork(first, last, transfers, balances)
-
-    async def balances(self, token: str, addresses: Sequence[str], block: int) -> dict[str, int]:
-        answers = await self.pool.batch(
-            [("eth_call", [{"to": token, "data": "0x" + BALANCE_OF.encode(address).hex()},
-                           hex(block)]) for address in addresses], deadline=self._deadline())
-        return {address: BALANCE_OF.decode(bytes.fromhex(str(answer.unwrap())[2:]))
-                for address, answer in zip(addresses, answers, strict=True)}
-
-    async def block_times(self, numbers: Sequence[int]) -> dict[int, int]:
-        answers = await self.pool.batch([("eth_getBlockByNumber", [hex(number), False])
-                                         for number in numbers], deadline=self._deadline())
-        return {number: int(answer.unwrap()["timestamp"], 16)
-                for number, answer in zip(numbers, answers, strict=True)}
-
-    # ---- requests
-
-    async def node_head(self) -> int:
-        """The head of the healthiest URL that is not behind the final block; the stall
-        watchdog looks at it."""
-        answered: list[RpcEndpoint] = []
-
-        async def attempt(endpoint: RpcEndpoint, until: float) -> int:
-            number = await endpoint.head(min_final=self.cursor.final_number, deadline=until)
-            answered.append(endpoint)
-            return number
-
-        head = await self.pool.run(attempt, deadline=self._deadline())
-        self.watch_stall(answered[-1], head)
-        return head
-
-    def watch_stall(self, endpoint: RpcEndpoint, head: int) -> None:
-        now = trio.current_time()
-        seen = self.head_seen.get(endpoint.label)
-        if seen is None or head > seen[0]:
-            self.head_seen[endpoint.label] = (head, now)
-            return
-        if now - seen[1] < self.chain.stall_timeout_seconds:
-            return
-        self.head_seen[endpoint.label] = (head, now)  # one count per stalled period
-        self.metrics.stalls.labels(self.chain.name).inc()
-        others = [other for other in self.pool.endpoints
-                  if other is not endpoint and other.health.available(now)]
-        if others:
-            endpoint.health.failed(now, CooldownPolicy(), self.rng,
-                                    retry_after=self.chain.stall_timeout_seconds)
-            log.warning("chain %s: no new head from %s for %.0f s: failing over", self.chain.name,
-                        endpoint.label, self.chain.stall_timeout_seconds)
-        else:
-            log.warning("chain %s: no new head from %s for %.0f s, and no other URL",
-                        self.chain.name, endpoint.label, self.chain.stall_timeout_seconds)
-
-    async def header(self, number: int) -> BlockRef:
-        def checked(result: Any) -> BlockRef:
-            if not isinstance(result, dict):
-                raise RpcTransientError(f"block {number} is unknown to this node",
-                                        outcome="missing_block")
-            return BlockRef(int(result["number"], 16), str(result["hash"]).lower(),
-                            str(result["parentHash"]).lower(), int(result["timestamp"], 16))
-
-        return await self.pool.run(lambda endpoint, until: endpoint.call_checked(
-            "eth_getBlockByNumber", [hex(number), False], checked, deadline=until),
-            deadline=self._deadline())
-
-    async def logs_of_block(self, header: BlockRef, addresses: list[str]) -> list[RawLog]:
-        def checked(result: Any) -> list[RawLog]:
-            if not isinstance(result, list):
-                raise RpcTransientError("eth_getLogs answered with something else than a list",
-                                        outcome="bad_response")
-            found = [RawLog.of(item) for item in result]
-            if any(raw.block_hash != header.hash for raw in found):
-                raise RpcTransientError("eth_getLogs by block hash answered logs of another "
-                                        "block", outcome="bad_response")
-            return found
-
-        query = {"blockHash": header.hash, "address": addresses}
-        return await self.pool.run(lambda endpoint, until: endpoint.call_checked(
-            "eth_getLogs", [query], checked, deadline=until), deadline=self._deadline())
-
-    async def logs_in(self, addresses: list[str], topics: Topics, first: int,
-                      last: int) -> list[RawLog]:
-        async with self.walk(addresses, topics, first, last) as chunks:
-            return [RawLog.of(item) async for _start, _end, chunk in chunks for item in chunk]
-
-    def walk(self, addresses: list[str], topics: Topics, first: int,
-             last: int) -> aclosing[AsyncGenerator[LogChunk, None]]:
-        """``fetch_logs`` closed on leaving (it is an async generator, typed as an iterator:
-        one left early or by an error must not be left to the garbage collector)."""
-        return aclosing(cast(AsyncGenerator[LogChunk, None], fetch_logs(
-            self.pool, addresses, topics, first, last, self.sizer,
-            chunk_timeout=self._timeout())))
 
     async def commit(self, step: Step) -> None:
         await self.service.db.write(store.commit_step, self.chain.id, self.owner,
@@ -457,14 +425,6 @@ class ChainIndexer:
         self.metrics.indexed_block.labels(self.chain.name).set(step.head.number)
         self.status.indexed = step.head.number
         self.status.final = step.final_number
-
-    def _timeout(self) -> float:
-        """What one request may take, failover included: each URL gets its own timeout."""
-        return self.chain.rpc_timeout_seconds * len(self.pool.endpoints)
-
-    def _deadline(self) -> float:
-        return trio.current_time() + self._timeout()
-
 
 def _waitable(error: BaseException) -> bool:
     """An outage to wait out: the database or every RPC URL down, a range refused again and

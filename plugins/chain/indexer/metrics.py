@@ -25,6 +25,9 @@ class IndexerMetrics:
             "flowsvc_chain_stalls", "Times a URL's head stopped advancing for longer than "
             "stall_timeout_seconds (the indexer failed over when it could), per chain",
             ["chain"], registry=registry)
+        self.unreadable = Gauge(
+            "flowsvc_chain_unreadable_tokens", "Registered tokens the indexer could not read "
+            "(not a dpnm instance), per chain", ["chain"], registry=registry)
         self.logs = Counter(
             "flowsvc_chain_indexed_logs", "Logs of followed contracts indexed, per chain",
             ["chain"], registry=registry)

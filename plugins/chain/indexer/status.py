@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 
@@ -10,7 +10,8 @@ from typing import Literal
 class IndexerStatus:
     """``standby`` while another process holds the chain, ``indexing`` while this one does,
     ``stopped`` after a reorg deeper than the finality depth (``stopped_reason`` says
-    which). ``waiting`` names the outage being waited out, if any."""
+    which). ``waiting`` names the outage being waited out, if any. ``unreadable`` names the
+    tokens the indexer could not read (slug, or the instance address, to the reason)."""
 
     state: Literal["starting", "standby", "indexing", "stopped"] = "starting"
     stopped_reason: str | None = None
@@ -18,3 +19,4 @@ class IndexerStatus:
     head: int | None = None
     indexed: int | None = None
     final: int | None = None
+    unreadable: dict[str, str] = field(default_factory=dict)

@@ -10,7 +10,7 @@ indexer transactions of one chain never overlap.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from plugins.chain.indexer import derive
 from plugins.chain.indexer.logs import Followed, RawLog
-from plugins.chain.tables import blocks, cursors, logs, tokens
+from plugins.chain.tables import blocks, cursors, logs, tokens, unreadable_tokens
 from runtime.errors import Unavailable
 from runtime.wire import utcnow
 
@@ -168,12 +168,28 @@ def launched_instances(connection: Connection, chain_id: int, factory: str) -> l
         .order_by(logs.c.block_number, logs.c.log_index))]
 
 
-def registered_instances(connection: Connection, chain_id: int) -> list[str]:
-    """The dpnm instances of the token registry on this chain."""
-    return list(connection.execute(
-        select(tokens.c.instance_address).where(tokens.c.chain_id == chain_id,
-                                                tokens.c.template == "dpnm")
-        .order_by(tokens.c.instance_address)).scalars())
+def registered_instances(connection: Connection, chain_id: int) -> dict[str, str]:
+    """The dpnm instances of the token registry on this chain, with their slugs."""
+    return {row.instance_address: row.slug for row in connection.execute(
+        select(tokens.c.instance_address, tokens.c.slug)
+        .where(tokens.c.chain_id == chain_id, tokens.c.template == "dpnm")
+        .order_by(tokens.c.instance_address))}
+
+
+def mark_unreadable(connection: Connection, chain_id: int, unreadable: Mapping[str, str],
+                    readable: Sequence[str]) -> None:
+    """Store which instances the indexer could not read (instance to reason), and forget
+    the marks of those it could."""
+    checked = [*unreadable, *readable]
+    if checked:
+        connection.execute(delete(unreadable_tokens).where(
+            unreadable_tokens.c.chain_id == chain_id,
+            unreadable_tokens.c.instance.in_(checked)))
+    if unreadable:
+        now = utcnow()
+        connection.execute(insert(unreadable_tokens), [
+            {"chain_id": chain_id, "instance": instance, "reason": reason[:200],
+             "checked_at": now} for instance, reason in unreadable.items()])
 
 
 def final_logs(connection: Connection, chain_id: int, first: int, last: int,

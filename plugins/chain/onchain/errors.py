@@ -38,6 +38,14 @@ class TokenNotIndexed(Unavailable):
     code = "token_not_indexed"
 
 
+class TokenUnreadable(Conflict):
+    """Raised for a registered dpnm token whose instance the indexer could not read: the
+    address is no dpnm (FLOW) instance on its chain (an EOA, another contract). The
+    registration is wrong; an operator fixes it (``PUT /internal/tokens/<slug>``)."""
+
+    code = "token_unreadable"
+
+
 class EndpointRemoved(ServiceError):
     """Raised by the endpoints the spec removed (``/me/flow-balance``) or deprecated
     (``/me/payouts``); the message names the replacement."""

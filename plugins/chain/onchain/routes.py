@@ -25,7 +25,12 @@ from quart_schema import document_querystring, document_response, validate_query
 from sqlalchemy import Connection
 
 from plugins.chain.abi import AbiDecodeError
-from plugins.chain.indexed import earned_by_level, indexed_head, token_counters
+from plugins.chain.indexed import (
+    earned_by_level,
+    indexed_head,
+    token_counters,
+    unreadable_reason,
+)
 from plugins.chain.onchain.errors import (
     AddressNotActivated,
     AddressRequired,
@@ -33,6 +38,7 @@ from plugins.chain.onchain.errors import (
     ChainUnsupported,
     EndpointRemoved,
     TokenNotIndexed,
+    TokenUnreadable,
 )
 from plugins.chain.onchain.indexed_logs import bonding_of, subtree_by_level
 from plugins.chain.onchain.models import (
@@ -256,11 +262,15 @@ async def token_onchain(slug: str) -> Response:
     reads = service.state(ONCHAIN)
     base = {"slug": slug, "chainId": chain.id, "instance": token.instance_address}
     if token.template == "dpnm":
+        unreadable, counters, head = await service.db.read(
+            lambda connection: (unreadable_reason(connection, chain.id, token.instance_address),
+                                token_counters(connection, chain.id, token.instance_address),
+                                indexed_head(connection, chain.id)))
+        if unreadable is not None:
+            raise TokenUnreadable(f"token {slug!r} cannot be read on chain {chain.id}: "
+                                  f"{unreadable}")
         dpnm = await _read_one(chain, lambda chain: reads.dpnm_state(
             chain, token.instance_address))
-        counters, head = await service.db.read(
-            lambda connection: (token_counters(connection, chain.id, token.instance_address),
-                                indexed_head(connection, chain.id)))
         return json_response({
             "template": "dpnm", **base, "blockNumber": dpnm.block,
             "indexedBlock": head.number if head is not None else None,

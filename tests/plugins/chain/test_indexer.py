@@ -16,7 +16,15 @@ from sqlalchemy import select
 from plugins.chain.indexed import earned_by_level, token_counters
 from plugins.chain.tables import tokens
 from tests.support.billing import billing_stack, subscription, until_subscription
-from tests.support.chain.actions import buy, claim_gwt, extend_tree, join, mine, sell
+from tests.support.chain.actions import (
+    buy,
+    claim_gwt,
+    extend_tree,
+    join,
+    latest_block,
+    mine,
+    sell,
+)
 from tests.support.chain.anvil import Anvil
 from tests.support.chain.contracts import Chain, open_chain
 from tests.support.chain.deploy import Deployment, launch_dpnm
@@ -26,6 +34,7 @@ from tests.support.chain.indexing import (
     head_number,
     indexing,
     until_final,
+    until_indexed,
 )
 from tests.support.chain.service import chain_entry, chains_env
 from tests.support.projects import eventually
@@ -205,3 +214,39 @@ async def test_a_usdt_payment_end_to_end(tmp_path: Path, anvil: Anvil, deploymen
         assert active["provider"] == "usdt_bep20"
         [received] = stack.named("payment.received")
         assert received["outcome"] == "granted"
+
+
+async def test_a_payment_counted_at_the_tip_is_credited_after_a_stop(
+        tmp_path: Path, anvil: Anvil, deployment: Deployment, chain: Chain) -> None:
+    """The payment's block is indexed at the tip (not final yet) and the service stops; the
+    node moves far past it meanwhile: the restarted indexer catches up by history ranges and
+    still runs that block's final work, so the payment is credited."""
+    platform = deployment.platform
+    treasury = "0x" + "7f" * 20
+    extra = {"FLOWSVC_PLUGINS_BILLING_USDT_TOKEN": platform.usdt.lower(),
+             "FLOWSVC_PLUGINS_BILLING_USDT_TREASURY": treasury,
+             "FLOWSVC_PLUGINS_BILLING_USDT_CHAIN_ID": str(platform.chain_id),
+             **chains_env([chain_entry(platform, [anvil.url], finality_depth=3,
+                                       instance=deployment.dpnm.instance)])}
+    database = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    wallet = await chain.new_account()
+    async with billing_stack(tmp_path / "var", database, extra=extra) as stack, \
+            client(stack.running) as http:
+        await sign_in(http, wallet)
+        started = await http.post("/subscriptions/checkout",
+                                  json={"tier": "plus", "provider": "usdt_bep20"})
+        assert started.status_code == 201, started.text
+        amount = int(Decimal(started.json()["payment"]["amount"]) * UNIT)
+        usdt = chain.contract("Token", platform.usdt)
+        await usdt.transact(wallet, "mint", wallet.address, amount)
+        await usdt.transact(wallet, "transfer", treasury, amount)
+        top = await latest_block(chain.rpc)
+        await until_indexed(stack.running.service, chain.chain_id, int(top["number"], 16),
+                            top["hash"])
+        assert (await subscription(http))["status"] != "active"
+    await mine(chain.rpc, 3 + 10)  # while the service is down
+    async with billing_stack(tmp_path / "var", database, extra=extra) as stack, \
+            client(stack.running) as http:
+        await sign_in(http, wallet)
+        active = await until_subscription(http, status="active", tier="plus")
+        assert active["provider"] == "usdt_bep20"
