@@ -7,9 +7,10 @@ the kernel has taken all of it, which a reader that stopped reading never lets h
 every write goes through :class:`QueuedBytes`: it is at most ``WRITE_BYTES`` (or one frame)
 and counts until it finishes. A write that would take the process past its budget waits
 until others finish, and while some wait, :meth:`QueuedBytes.over_budget` picks readers
-whose write has lasted ``GRACE_SECONDS``, the most bytes behind first, for the hub to cut
-off (``live.cutoff``), as the broadcaster cuts readers stuck past their lag or timeout. A
-reader cut off resumes with ``Last-Event-ID``.
+that have been writing or waiting for ``GRACE_SECONDS``, the most bytes behind first, for
+the hub to cut off by a reset of their connections (``live.cutoff``), as the broadcaster
+cuts readers stuck past their lag or timeout. A reader cut off resumes with
+``Last-Event-ID``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from plugins.projects.live.cutoff import reset_in_thread
-from plugins.projects.live.ring import Subscription
+from plugins.projects.live.ring import Lagged, Subscription
 from plugins.projects.settings import ProjectsSettings
 from runtime.service import Service, StateSlot
 
@@ -58,8 +59,8 @@ class QueuedBytes:
         self.budget = budget
         self.total = 0
         self.writing: set[Subscription] = set()
-        self.wanted = 0
-        """Bytes of the writes waiting for room."""
+        self.waiting: dict[Subscription, tuple[int, float]] = {}
+        """The readers waiting for room: the size of their write, and since when."""
         self._room = trio.Event()
         Gauge("flowsvc_sse_queued_bytes", "Bytes of stream writes in progress in this process",
               registry=registry).set_function(lambda: self.total)
@@ -73,14 +74,20 @@ class QueuedBytes:
 
     async def acquire(self, reader: Subscription, size: int) -> None:
         """Count a write of ``size`` bytes by ``reader``, once the budget has room for it
-        (at once when nothing else is being written, however large it is)."""
-        while self.total and self.total + size > self.budget:
+        (at once when nothing else is being written, however large it is).
+
+        :raises Lagged: the reader was cut off while it waited.
+        """
+        since = trio.current_time()
+        while self.total and self.total + size > self.budget and reader.dropped is None:
             room = self._room
-            self.wanted += size
+            self.waiting[reader] = (size, since)
             try:
                 await room.wait()
             finally:
-                self.wanted -= size
+                del self.waiting[reader]
+        if reader.dropped is not None:
+            raise Lagged(reader.dropped)
         self.total += size
         reader.queued = size
         self.writing.add(reader)
@@ -90,32 +97,42 @@ class QueuedBytes:
         if not reader.queued:
             return
         self.total -= reader.queued
-        reader.unsent -= reader.queued
         reader.queued = 0
         self.writing.discard(reader)
-        if self.wanted:
-            self._room.set()
-            self._room = trio.Event()
+        if self.waiting:
+            self._wake()
+
+    def _wake(self) -> None:
+        self._room.set()
+        self._room = trio.Event()
 
     def over_budget(self, now: float) -> list[Subscription]:
-        """The readers to cut off so the waiting writes fit: among those whose write has
-        lasted ``GRACE_SECONDS``, the most bytes behind first; each is marked ``dropped``
-        and returned once."""
-        if not self.wanted:
+        """The readers to cut off so the rest fit in the budget, once writes wait for room.
+
+        The candidates are the readers that have been writing, or waiting to write, for
+        ``GRACE_SECONDS``; the most bytes behind go first. Each is marked ``dropped`` and
+        returned once; a waiting one is woken (its task ends).
+        """
+        if not self.waiting:
             return []
-        being_cut = sum(reader.queued for reader in self.writing if reader.dropped is not None)
-        excess = self.total - being_cut + self.wanted - self.budget
-        candidates = [reader for reader in self.writing if reader.dropped is None and
-                      reader.writing_since is not None and
+        holding = {reader: reader.queued for reader in self.writing if reader.dropped is None}
+        wanting = {reader: size for reader, (size, _) in self.waiting.items()
+                   if reader.dropped is None}
+        excess = sum(holding.values()) + sum(wanting.values()) - self.budget
+        candidates = [reader for reader in holding if reader.writing_since is not None and
                       now - reader.writing_since >= GRACE_SECONDS]
+        candidates += [reader for reader, (_, since) in self.waiting.items()
+                       if reader in wanting and now - since >= GRACE_SECONDS]
         candidates.sort(key=Subscription.bytes_behind, reverse=True)
         victims = []
         for reader in candidates:
             if excess <= 0:
                 break
             reader.dropped = f"the process's readers hold {self.budget} bytes of writes"
-            excess -= reader.queued
+            excess -= holding.get(reader, 0) + wanting.get(reader, 0)
             victims.append(reader)
+        if any(reader in wanting for reader in victims):
+            self._wake()
         return victims
 
     async def cut_off(self, readers: list[Subscription], reason: str, where: str) -> None:
@@ -124,6 +141,7 @@ class QueuedBytes:
         if not readers:
             return
         self.cut.labels(reason=reason).inc(len(readers))
+        # A reader between writes may have its socket full too: it is reset as well.
         targets = [reader.connection for reader in readers if reader.connection is not None]
         reset = await reset_in_thread(targets)
         log.info("cut off %d of %d readers of %s (%s)", reset, len(readers), where,

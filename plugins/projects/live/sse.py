@@ -111,6 +111,10 @@ async def _pacing(service: Service, settings: ProjectsSettings) -> Pacing:
     return Pacing(settings.heartbeat_seconds, settings.retry_ms)
 
 
+def _disconnected(lagged: Lagged) -> bytes:
+    return f": disconnected, {lagged}; reconnect with Last-Event-ID\n\n".encode()
+
+
 async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
                   slot: StreamSlot, queued: QueuedBytes) -> AsyncIterator[bytes]:
     head = f"retry: {pacing.retry_ms}\n\n"
@@ -122,7 +126,11 @@ async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
             while True:
                 subscription.unsent = sum(map(len, pending))
                 for piece in pieces(pending):
-                    await queued.acquire(subscription, len(piece))
+                    try:
+                        await queued.acquire(subscription, len(piece))
+                    except Lagged as lagged:  # cut off while it waited: counted then
+                        yield _disconnected(lagged)
+                        return
                     # The broadcaster watches how long each write takes (Ring.stuck).
                     subscription.writing_since = trio.current_time()
                     try:
@@ -138,8 +146,7 @@ async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
                     except Lagged as lagged:
                         if subscription.dropped is None:  # else counted when it was cut
                             queued.cut.labels(reason="lag").inc()
-                        yield (f": disconnected, {lagged}; reconnect with Last-Event-ID\n\n"
-                               .encode())
+                        yield _disconnected(lagged)
                         return
                     if pending:
                         break

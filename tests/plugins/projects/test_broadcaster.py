@@ -131,29 +131,52 @@ def test_a_backlog_goes_out_in_bounded_writes() -> None:
 async def test_the_budget_holds_writes_back_and_cuts_the_most_behind() -> None:
     queued = QueuedBytes(budget=1000, registry=CollectorRegistry())
     ring = ring_with(10, capacity=10)
-    far, near, recent, waiting = (Subscription(ring, cursor, 100, 15) for cursor in (0, 8, 5, 9))
+    far, near, recent, waiting, further = (Subscription(ring, cursor, 100, 15)
+                                           for cursor in (2, 8, 5, 4, 0))
     await queued.acquire(far, 400)
     await queued.acquire(near, 300)
     await queued.acquire(recent, 200)
-    assert queued.total == 900 and queued.over_budget(100.0) == []  # nobody waits
-    far.writing_since = near.writing_since = 0.0
-    recent.writing_since = 100.0 - GRACE_SECONDS / 2  # writing, but not for long
+    now = trio.current_time()
+    assert queued.total == 900 and queued.over_budget(now) == []  # nobody waits
+    far.writing_since = near.writing_since = now - GRACE_SECONDS / 2
+    later = now + GRACE_SECONDS
+    recent.writing_since = later - GRACE_SECONDS / 2
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(queued.acquire, waiting, 500)
         await trio.testing.wait_all_tasks_blocked()
-        assert queued.wanted == 500 and waiting.queued == 0
+        assert set(queued.waiting) == {waiting} and waiting.queued == 0
+        # Nobody has been writing or waiting long: a burst, not a reader that stopped.
+        assert queued.over_budget(now) == []
         # 400 bytes too many: the reader furthest behind goes first, and is enough.
-        assert far.bytes_behind() > recent.bytes_behind() > near.bytes_behind()
-        assert queued.over_budget(100.0) == [far] and far.dropped is not None
-        assert queued.over_budget(100.0) == []  # its write is still being cut
+        assert far.bytes_behind() > waiting.bytes_behind() > recent.bytes_behind() > \
+            near.bytes_behind()
+        assert queued.over_budget(later) == [far] and far.dropped is not None
+        assert queued.over_budget(later) == []  # its write is being cut
         queued.release(far)
-    assert (queued.total, waiting.queued, queued.wanted) == (1000, 500, 0)
+    assert (queued.total, waiting.queued, queued.waiting) == (1000, 500, {})
     assert near.dropped is None and recent.dropped is None
+
+    # A waiting reader further behind than every writer is the one cut off.
+    refused: list[str] = []
+
+    async def wait_for_room() -> None:
+        try:
+            await queued.acquire(further, 500)
+        except Lagged as lagged:
+            refused.append(str(lagged))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for_room)
+        await trio.testing.wait_all_tasks_blocked()
+        assert queued.over_budget(later + GRACE_SECONDS) == [further]
+    assert refused == ["the process's readers hold 1000 bytes of writes"]
+    assert queued.total == 1000 and not queued.waiting and further.queued == 0
     for reader in (near, recent, waiting):
         queued.release(reader)
     assert queued.total == 0 and not queued.writing
-    await queued.acquire(far, 5000)  # alone, a write larger than the budget goes through
+    alone = Subscription(ring, 0, 100, 15)
+    await queued.acquire(alone, 5000)  # alone, a write larger than the budget goes through
     assert queued.total == 5000
 
 
