@@ -30,7 +30,8 @@ log = logging.getLogger("flowsvc.projects.stream")
 WRITE_BYTES = 128 * 1024
 """The most a write joins: larger backlogs go out in several writes, a larger frame alone."""
 GRACE_SECONDS = 1.0
-"""How long a write must have lasted before the budget may cut its reader off."""
+"""How long a reader must have been writing, or waiting to write, before the budget may
+cut it off: a burst of writes that all finish at once cuts nobody."""
 
 
 def pieces(frames: list[bytes], limit: int = WRITE_BYTES) -> Iterator[bytes]:

@@ -5,10 +5,10 @@ event is encoded once however many clients read it. Readers do not get a queue e
 :class:`Subscription` is a cursor into the shared ring (the tractor ``broadcast`` design),
 woken when the ring grows, and it takes every frame it has not sent yet at once, as a list
 of the ring's own ``bytes`` objects (never joined or copied: a reader's backlog costs a
-pointer per event), so a reader that fell behind catches up in one go. The publisher never
-waits for readers. A reader more than ``max_lag`` events behind the live head (its initial replay
-not counted), or whose cursor fell out of the ring, gets :class:`Lagged` and is
-disconnected; it resumes with ``Last-Event-ID``. That check runs when the reader takes
+pointer per event), so a reader that fell behind catches up in one go. The publisher
+never waits for readers. A reader more than ``max_lag`` events behind the live head (its
+initial replay not counted), or whose cursor fell out of the ring, gets :class:`Lagged`
+and is disconnected; it resumes with ``Last-Event-ID``. That check runs when the reader takes
 frames, which a reader stuck in a write never does: the broadcaster sweeps the ring for
 them (:meth:`Ring.stuck`) and cuts their connections. The stream's broadcaster actor owns
 the ring (``live.broadcaster``).
@@ -186,7 +186,8 @@ class Subscription:
         self.writing_since: float | None = None
         """When the reader's current write began; None between writes (its owner sets it)."""
         self.dropped: str | None = None
-        """Why the broadcaster cut the reader off, once it has."""
+        """Why the reader was cut off (by its broadcaster, or the process's budget of queued
+        bytes), once it has been."""
         self.connection: Endpoints | None = None
         """The reader's TCP connection, for the broadcaster to cut (``live.cutoff``)."""
         self.unsent = 0

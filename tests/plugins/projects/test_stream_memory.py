@@ -162,15 +162,15 @@ async def test_a_reader_cut_off_by_the_budget_resumes_and_gets_every_event_once(
         assert (await http.post(f"/projects/{slug}/start")).status_code == 201
         complete, _ = await follow(running.base_url, path, timeout=120)
         assert complete[-1].event == "done"
-        middle = complete[len(complete) // 2].id
+        quarter = complete[len(complete) // 4].id
         async with open_sse(running.base_url, path, {"Last-Event-ID": "0"},
                             receive_buffer=4096) as stalled:
             for _ in range(5):  # it reads a few events, then stops reading
                 await stalled.next_event()
-            # Others, half as far behind, stop reading too: the budget is soon spent and
+            # Others, a quarter less behind, stop reading too: the budget is soon spent, and
             # the stalled reader, the furthest behind, is cut off first.
             port = int(running.base_url.rsplit(":", 1)[1])
-            async with never_reading(port, path, "127.0.0.1", 24, str(middle)):
+            async with never_reading(port, path, "127.0.0.1", 24, str(quarter)):
                 async def stalled_cut() -> bool:
                     return connected([stalled.socket]) == 0
 
