@@ -14,11 +14,11 @@ from flowsvc_client.errors import (
     Unauthenticated,
     WebhookSignatureError,
 )
-from flowsvc_client.events import Event
+from flowsvc_client.events import Event, EventsLost, EventStream, LostEvents
 from flowsvc_client.webhooks import verify_webhook
 
 __all__ = [
-    "ApiError", "BadRequest", "Client", "Conflict", "Event", "FlowsvcError", "Forbidden",
-    "NotFound", "RateLimited", "ServerError", "SpendCapReached", "Unauthenticated",
-    "WebhookSignatureError", "verify_webhook",
+    "ApiError", "BadRequest", "Client", "Conflict", "Event", "EventStream", "EventsLost",
+    "FlowsvcError", "Forbidden", "LostEvents", "NotFound", "RateLimited", "ServerError",
+    "SpendCapReached", "Unauthenticated", "WebhookSignatureError", "verify_webhook",
 ]

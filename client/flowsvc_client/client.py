@@ -20,7 +20,7 @@ from typing import Any, Literal
 import httpx
 
 from flowsvc_client.errors import ApiError, RateLimited, error_class
-from flowsvc_client.events import Event, resuming_events
+from flowsvc_client.events import EventStream
 from flowsvc_client.wallet import Signer, as_account, sign_text
 
 JsonObject = dict[str, Any]
@@ -166,13 +166,15 @@ class Client:
         return open_stream
 
     def events(self, path: str, *, last_event_id: str | None = None, until_done: bool = True,
-               max_failures: int = 10) -> Iterator[Event]:
+               max_failures: int = 10, raise_on_lost: bool = False) -> EventStream:
         """The events of the SSE stream at ``path``, each once, reconnecting by itself with
         ``Last-Event-ID`` (see ``flowsvc_client.events``). Stops after ``done`` when
-        ``until_done``; ``max_failures`` consecutive failed connections raise."""
-        return resuming_events(self._stream_opener(path), last_event_id=last_event_id,
-                               until_done=until_done, sleep=self._sleep,
-                               max_failures=max_failures)
+        ``until_done``; ``max_failures`` consecutive failed connections raise. Events the
+        service lost are listed in the stream's ``lost`` (and raise ``EventsLost`` with
+        ``raise_on_lost``)."""
+        return EventStream(self._stream_opener(path), last_event_id=last_event_id,
+                           until_done=until_done, sleep=self._sleep,
+                           max_failures=max_failures, raise_on_lost=raise_on_lost)
 
     # -- sign-in (docs/auth.md) -------------------------------------------------------------
 
@@ -267,11 +269,11 @@ class Client:
         return bool(answer["subscribed"])
 
     def project_events(self, slug: str, *, last_event_id: str | None = None,
-                       until_done: bool = True) -> Iterator[Event]:
+                       until_done: bool = True, raise_on_lost: bool = False) -> EventStream:
         """The project's stream: its latest run from its first event (or everything after
         ``last_event_id``), each event once, until the run's ``done``."""
         return self.events(f"/projects/{slug}/stream", last_event_id=last_event_id,
-                           until_done=until_done)
+                           until_done=until_done, raise_on_lost=raise_on_lost)
 
     # -- marketplace (docs/marketplace.md) ------------------------------------------------------
 
@@ -326,9 +328,10 @@ class Client:
         run: JsonObject = self.request("POST", f"/agents/{slug}/runs", json={"brief": brief})
         return run
 
-    def agent_run_events(self, run_id: str, *, last_event_id: str | None = None
-                         ) -> Iterator[Event]:
-        return self.events(f"/agent-runs/{run_id}/stream", last_event_id=last_event_id)
+    def agent_run_events(self, run_id: str, *, last_event_id: str | None = None,
+                         raise_on_lost: bool = False) -> EventStream:
+        return self.events(f"/agent-runs/{run_id}/stream", last_event_id=last_event_id,
+                           raise_on_lost=raise_on_lost)
 
     # -- webhooks (docs/webhooks.md) ----------------------------------------------------------
 

@@ -35,6 +35,7 @@ class ProjectsSettings(Section):
     subscriber_max_lag: int = Field(500, ge=1)
     subscriber_write_timeout_seconds: float = Field(10.0, gt=0)
     streams_per_client: int = Field(32, ge=1)
+    subscriber_queued_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
     faster_heartbeat_seconds: float = Field(5.0, gt=0)
     faster_retry_ms: int = Field(1000, ge=0)
     stream_idle_seconds: float = Field(30.0, gt=0)

@@ -1,5 +1,6 @@
 """The client's event stream survives a cut connection: it reconnects with ``Last-Event-ID``
-and yields every event exactly once, even when the server replays more than it should.
+and yields every event exactly once, even when the server replays more than it should; and
+it says when the service lost events (an id older than its ring, or unknown).
 
 Between the client and a real service sits a small TCP proxy that cuts the first stream
 in the middle of an event (after ``CUT_AFTER`` bytes of the answer) and, on the next
@@ -12,8 +13,9 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import pytest
 import trio
-from flowsvc_client import Client, Event
+from flowsvc_client import Client, Event, EventsLost, LostEvents
 
 from tests.support.projects import new_project, serve_projects, token_owner
 
@@ -86,3 +88,41 @@ async def test_a_cut_stream_resumes_and_yields_each_event_once(tmp_path: Path) -
     # It resumed after the last complete event before the cut (a partial one is dropped).
     [resumed] = proxy.resumed_from
     assert 1 <= int(resumed) < len(whole) - 1
+
+
+async def test_events_the_service_lost_are_reported(tmp_path: Path) -> None:
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                              replay_events="10") as running, \
+            token_owner(running, "moon") as owner:
+        slug = (await new_project(owner, "moon"))["slug"]
+        assert (await owner.post(f"/projects/{slug}/start")).status_code == 201
+
+        def read(last_event_id: str | None = None) -> tuple[list[Event], list[LostEvents]]:
+            with Client(running.base_url) as flow:
+                stream = flow.project_events(slug, last_event_id=last_event_id)
+                return list(stream), stream.lost
+
+        whole, lost = await trio.to_thread.run_sync(read)
+        assert whole[-1].event == "done" and lost == []
+        last = int(whole[-1].id or 0)
+        assert last > 12
+        held = [event for event in whole if int(event.id or 0) > last - 10]
+        # Resuming from an id the ring no longer holds: the rest of the ring, and the loss.
+        events, lost = await trio.to_thread.run_sync(read, "2")
+        assert events == held and lost == [LostEvents("2", str(last - 10))]
+        # An id it never gave: the whole ring, none of it skipped as already seen.
+        events, lost = await trio.to_thread.run_sync(read, "9999")
+        assert events == held and lost == [LostEvents("9999", str(last - 10))]
+        # A resume it can serve loses nothing.
+        events, lost = await trio.to_thread.run_sync(read, str(last - 5))
+        assert events == held[-5:] and lost == []
+
+        def raising() -> tuple[EventsLost, list[Event]]:
+            with Client(running.base_url) as flow:
+                stream = flow.project_events(slug, last_event_id="2", raise_on_lost=True)
+                with pytest.raises(EventsLost) as raised:
+                    next(stream)
+                return raised.value, list(stream)  # it carries on with the replay
+
+        error, rest = await trio.to_thread.run_sync(raising)
+        assert error.lost == LostEvents("2", str(last - 10)) and rest == held

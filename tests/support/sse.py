@@ -44,6 +44,11 @@ class SseStream:
     ended: bool = False
     _read: int = 0
 
+    @property
+    def socket(self) -> trio.socket.SocketType:
+        """The connection's socket (to ask the kernel about it without reading)."""
+        return self._stream.socket
+
     async def _feed(self) -> None:
         """Receive and parse one more piece of the body (sets ``ended`` at its end)."""
         while True:

@@ -20,8 +20,8 @@ from typing import Any
 import trio
 
 from plugins.projects.live import event_log
-from plugins.projects.live.cutoff import reset_connections
 from plugins.projects.live.event_log import StreamEvent
+from plugins.projects.live.queued import QueuedBytes
 from plugins.projects.live.ring import Ring, Subscription
 from runtime.actors import ActorSpec, Mailbox, Request
 from runtime.backoff import outage_cause
@@ -55,10 +55,10 @@ def broadcaster_name(stream: str) -> str:
     return f"projects.stream.{stream}"
 
 
-def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
-                     idle_seconds: float, heartbeat_seconds: float,
+def broadcaster_spec(service: Service, stream: str, ring: Ring, queued: QueuedBytes, *,
+                     max_lag: int, idle_seconds: float, heartbeat_seconds: float,
                      write_timeout: float) -> ActorSpec:
-    """The broadcaster actor of ``stream``, owning ``ring``.
+    """The broadcaster actor of ``stream``, owning ``ring`` (its cuts counted in ``queued``).
 
     Messages: ``Subscribe`` and ``Append`` (a cast; duplicates are skipped, gaps filled from
     the database). It beats the ring every ``heartbeat_seconds`` (or its most demanding
@@ -134,7 +134,8 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
                     continue
                 now = trio.current_time()
                 if now >= next_sweep:
-                    await cut_off(ring.stuck(now, write_timeout))
+                    for reason, stuck in ring.stuck(now, write_timeout).items():
+                        await queued.cut_off(stuck, reason, stream)
                     next_sweep = now + SWEEP_SECONDS
                 if now >= next_beat:
                     if service.shared.redis is not None:
@@ -147,14 +148,6 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, *, max_lag: int,
                     newcomers = math.inf
         finally:
             ring.close()
-
-    async def cut_off(stuck: list[Subscription]) -> None:
-        targets = [reader.connection for reader in stuck if reader.connection is not None]
-        if not targets:
-            return
-        reset = await trio.to_thread.run_sync(reset_connections, targets)
-        log.info("cut off %d of %d stuck readers of %s (%s)", reset, len(targets), stream,
-                 stuck[0].dropped)
 
     return ActorSpec(name=broadcaster_name(stream), run=run, restart="temporary",
                      mailbox_size=256)

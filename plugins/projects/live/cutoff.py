@@ -24,6 +24,8 @@ import struct
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
+import trio
+
 log = logging.getLogger("flowsvc.projects.cutoff")
 _OPEN_DESCRIPTORS = "/proc/self/fd"
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
@@ -88,3 +90,10 @@ def reset_connections(targets: Collection[Endpoints]) -> int:
         finally:
             sock.detach()
     return reset
+
+
+async def reset_in_thread(targets: Collection[Endpoints]) -> int:
+    """:func:`reset_connections` in a worker thread (nothing to do without targets)."""
+    if not targets:
+        return 0
+    return await trio.to_thread.run_sync(reset_connections, targets)

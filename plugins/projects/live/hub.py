@@ -5,7 +5,8 @@ address of the stream's broadcaster, starting it under the supervisor when none 
 the hub also runs one blocking ``XREAD`` over the Redis Streams of every broadcaster of
 this process, so events published by a run in another process reach readers here; a new
 broadcaster interrupts the read through a small wake-up stream of its own, so it is
-included at once.
+included at once. It also enforces the process's budget of bytes queued to readers
+(``live.queued``): every ``SWEEP_SECONDS`` it cuts off the readers the budget picks.
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ from typing import Any
 import trio
 
 from plugins.projects.live import event_log
-from plugins.projects.live.broadcaster import Append, Subscribe, broadcaster_name, broadcaster_spec
+from plugins.projects.live.broadcaster import (
+    SWEEP_SECONDS,
+    Append,
+    Subscribe,
+    broadcaster_name,
+    broadcaster_spec,
+)
 from plugins.projects.live.event_log import StreamEvent
+from plugins.projects.live.queued import QUEUED_BYTES
 from plugins.projects.live.ring import Ring, Subscription
 from plugins.projects.settings import ProjectsSettings
 from runtime.actors import ActorSpec, Address, Mailbox, Request, serve_mailbox
@@ -77,6 +85,7 @@ async def deliver_local(service: Service, stream: str, events: list[StreamEvent]
 def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
     """The hub actor. Message: ``OpenStream`` (its reply is the broadcaster's address)."""
     rings: dict[str, Ring] = {}
+    queued = service.state(QUEUED_BYTES)
     redis = service.shared.redis
     wake_stream = f"projects:wake:{secrets.token_hex(8)}"
 
@@ -87,7 +96,7 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
         assert service.supervisor is not None
         ring = Ring(settings.replay_events)
         address = await service.supervisor.start(broadcaster_spec(
-            service, stream, ring, max_lag=settings.subscriber_max_lag,
+            service, stream, ring, queued, max_lag=settings.subscriber_max_lag,
             idle_seconds=settings.stream_idle_seconds,
             heartbeat_seconds=settings.heartbeat_seconds,
             write_timeout=settings.subscriber_write_timeout_seconds))
@@ -127,6 +136,12 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
                     await deliver_local(service, stream_of_key, [
                         event_log.event_from_entry(entry) for entry in entries])
 
+    async def enforce_budget() -> None:
+        while True:
+            await trio.sleep(SWEEP_SECONDS)
+            await queued.cut_off(queued.over_budget(trio.current_time()), "queued_bytes",
+                                 "this process")
+
     async def handle(message: object) -> Address:
         if not isinstance(message, OpenStream):
             raise TypeError(f"{HUB} does not understand {message!r}")
@@ -137,6 +152,7 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
         async with trio.open_nursery() as nursery:
             if redis is not None:
                 nursery.start_soon(tail, redis)
+            nursery.start_soon(enforce_budget)
             task_status.started()
             await serve_mailbox(mailbox, handle)
             nursery.cancel_scope.cancel()

@@ -3,11 +3,12 @@
 The ring keeps the newest ``capacity`` events of a stream as ready-made SSE frames, so an
 event is encoded once however many clients read it. Readers do not get a queue each: a
 :class:`Subscription` is a cursor into the shared ring (the tractor ``broadcast`` design),
-woken when the ring grows, and it takes every frame it has not sent yet in one piece, so
-a reader that fell behind catches up in one write. The publisher never waits for
-readers. A reader more than ``max_lag`` events behind the live head (its initial replay
-not counted), or whose cursor fell out of the ring, gets :class:`Lagged` and is
-disconnected; it resumes with ``Last-Event-ID``. That check runs when the reader takes
+woken when the ring grows, and it takes every frame it has not sent yet at once, as a list
+of the ring's own ``bytes`` objects (never joined or copied: a reader's backlog costs a
+pointer per event), so a reader that fell behind catches up in one go. The publisher
+never waits for readers. A reader more than ``max_lag`` events behind the live head (its
+initial replay not counted), or whose cursor fell out of the ring, gets :class:`Lagged`
+and is disconnected; it resumes with ``Last-Event-ID``. That check runs when the reader takes
 frames, which a reader stuck in a write never does: the broadcaster sweeps the ring for
 them (:meth:`Ring.stuck`) and cuts their connections. The stream's broadcaster actor owns
 the ring (``live.broadcaster``).
@@ -65,22 +66,22 @@ class Ring:
         it has none)."""
         return min(self._heartbeats, default=default)
 
-    def stuck(self, now: float, write_timeout: float) -> list[Subscription]:
-        """The readers whose current write has lasted ``write_timeout`` seconds or more, or
-        that fell more than their ``max_lag`` behind while writing; each is marked
-        ``dropped`` (with the reason) and returned once."""
-        found = []
+    def stuck(self, now: float, write_timeout: float) -> dict[str, list[Subscription]]:
+        """The readers whose current write has lasted ``write_timeout`` seconds or more
+        (under ``write_timeout``), or that fell more than their ``max_lag`` behind while
+        writing (under ``lag``); each is marked ``dropped`` (with the reason) and returned
+        once."""
+        found: dict[str, list[Subscription]] = {}
         for subscription in self.subscriptions:
             started = subscription.writing_since
             if started is None or subscription.dropped is not None:
                 continue
             if now - started >= write_timeout:
                 subscription.dropped = f"a write took more than {write_timeout:g} s"
+                found.setdefault("write_timeout", []).append(subscription)
             elif subscription.behind() > subscription.max_lag:
                 subscription.dropped = f"more than {subscription.max_lag} events behind"
-            else:
-                continue
-            found.append(subscription)
+                found.setdefault("lag", []).append(subscription)
         return found
 
     def reset(self, events: list[StreamEvent], last_seq: int) -> None:
@@ -118,8 +119,8 @@ class Ring:
         self.closed = True
         self.wake()
 
-    def frames_after(self, cursor: int) -> bytes:
-        """Every frame after ``cursor``, joined.
+    def frames_after(self, cursor: int) -> list[bytes]:
+        """Every frame after ``cursor``: the ring's own objects, shared by every reader.
 
         :raises Lagged: events after ``cursor`` already dropped out of the ring.
         """
@@ -127,7 +128,15 @@ class Ring:
             raise Lagged(f"events after {cursor} are no longer held")
         frames = self._frames
         capacity = self.capacity
-        return b"".join([frames[seq % capacity] for seq in range(cursor + 1, self.last_seq + 1)])
+        return [frames[seq % capacity] for seq in range(cursor + 1, self.last_seq + 1)]
+
+    def bytes_after(self, cursor: int) -> int:
+        """The size of the frames after ``cursor`` (of the whole ring when some of them
+        already dropped out)."""
+        frames = self._frames
+        capacity = self.capacity
+        return sum(len(frames[seq % capacity])
+                   for seq in range(max(cursor, self.first_seq - 1) + 1, self.last_seq + 1))
 
     def run_start(self, run_id: str | None) -> int:
         """The cursor just before the first held event of run ``run_id`` (for a reader
@@ -177,9 +186,14 @@ class Subscription:
         self.writing_since: float | None = None
         """When the reader's current write began; None between writes (its owner sets it)."""
         self.dropped: str | None = None
-        """Why the broadcaster cut the reader off, once it has."""
+        """Why the reader was cut off (by its broadcaster, or the process's budget of queued
+        bytes), once it has been."""
         self.connection: Endpoints | None = None
         """The reader's TCP connection, for the broadcaster to cut (``live.cutoff``)."""
+        self.unsent = 0
+        """Bytes of the frames taken and not written yet (its writer counts them)."""
+        self.queued = 0
+        """Bytes of the write in progress, as counted by ``live.queued.QueuedBytes``."""
 
     def __enter__(self) -> Subscription:
         self.ring.join(self)
@@ -192,8 +206,8 @@ class Subscription:
     def closed(self) -> bool:
         return self.ring.closed
 
-    def take(self) -> bytes:
-        """Every frame not sent yet, in one piece (empty when up to date).
+    def take(self) -> list[bytes]:
+        """Every frame not sent yet, the ring's own objects (empty when up to date).
 
         :raises Lagged: the reader is more than ``max_lag`` events behind the live head,
             or its next event is no longer held.
@@ -203,16 +217,20 @@ class Subscription:
         ring = self.ring
         last = ring.last_seq
         if self.cursor >= last:
-            return b""
+            return []
         if self.behind() > self.max_lag:
             raise Lagged(f"more than {self.max_lag} events behind")
-        chunk = ring.frames_after(self.cursor)
+        frames = ring.frames_after(self.cursor)
         self.cursor = last
-        return chunk
+        return frames
 
     def behind(self) -> int:
         """How many live events the reader has not taken (its initial replay not counted)."""
         return self.ring.last_seq - max(self.cursor, self._replay_until)
+
+    def bytes_behind(self) -> int:
+        """How many bytes the reader has yet to write: taken, and still in the ring."""
+        return self.unsent + self.ring.bytes_after(self.cursor)
 
     async def wait(self) -> None:
         """Return once the ring holds events after the cursor, is closed, or beats."""

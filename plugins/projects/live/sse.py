@@ -1,7 +1,9 @@
 """The live build stream over Server-Sent Events, for any stream of the event log.
 
 A response starts with a ``retry:`` hint, replays what the reader missed and then sends
-events as they come, every pending frame in one write. A reader silent for its heartbeat
+events as they come, every pending frame at once: joined into writes of at most
+``live.queued.WRITE_BYTES``, each counted against the process's budget of bytes queued to
+readers (``subscriber_queued_bytes``) while it lasts. A reader silent for its heartbeat
 interval sends a ``: keepalive`` comment at the broadcaster's next beat (so between one and
 two intervals of silence), which keeps idle connections and proxies open. A caller with
 the ``fasterSse`` feature gets the shorter ``faster_heartbeat_seconds`` and
@@ -29,6 +31,7 @@ from quart import Response, request
 from plugins.projects.errors import TooManyStreams
 from plugins.projects.live.cutoff import endpoints_of
 from plugins.projects.live.hub import subscribe
+from plugins.projects.live.queued import QUEUED_BYTES, QueuedBytes, pieces
 from plugins.projects.live.ring import Lagged, Subscription
 from plugins.projects.settings import ProjectsSettings
 from runtime.context import current_context
@@ -36,6 +39,7 @@ from runtime.http import SSE_HEADERS
 from runtime.service import Service, StateSlot
 
 LOST_HEADER = "Last-Event-ID"
+KEEPALIVE = b": keepalive\n\n"
 STREAM_SLOT_RETRY_SECONDS = 5
 """The ``Retry-After`` of a stream refused for the client's cap."""
 
@@ -107,32 +111,49 @@ async def _pacing(service: Service, settings: ProjectsSettings) -> Pacing:
     return Pacing(settings.heartbeat_seconds, settings.retry_ms)
 
 
+def _disconnected(lagged: Lagged) -> bytes:
+    return f": disconnected, {lagged}; reconnect with Last-Event-ID\n\n".encode()
+
+
 async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
-                  slot: StreamSlot) -> AsyncIterator[bytes]:
+                  slot: StreamSlot, queued: QueuedBytes) -> AsyncIterator[bytes]:
     head = f"retry: {pacing.retry_ms}\n\n"
     if lost is not None:
         head += f": events were lost; the replay starts after {lost}\n\n"
-    pending = head.encode()
+    pending = [head.encode()]
     try:
         with subscription:
             while True:
-                # The broadcaster watches how long each write takes (Ring.stuck).
-                subscription.writing_since = last_write = trio.current_time()
-                yield pending
-                subscription.writing_since = None
+                subscription.unsent = sum(map(len, pending))
+                for piece in pieces(pending):
+                    try:
+                        await queued.acquire(subscription, len(piece))
+                    except Lagged as lagged:  # cut off while it waited: counted then
+                        yield _disconnected(lagged)
+                        return
+                    # The broadcaster watches how long each write takes (Ring.stuck).
+                    subscription.writing_since = trio.current_time()
+                    try:
+                        yield piece
+                    finally:
+                        subscription.writing_since = None
+                        queued.release(subscription)
+                    subscription.unsent -= len(piece)
+                last_write = trio.current_time()
                 while True:
                     try:
                         pending = subscription.take()
                     except Lagged as lagged:
-                        yield (f": disconnected, {lagged}; reconnect with Last-Event-ID\n\n"
-                               .encode())
+                        if subscription.dropped is None:  # else counted when it was cut
+                            queued.cut.labels(reason="lag").inc()
+                        yield _disconnected(lagged)
                         return
                     if pending:
                         break
                     if subscription.closed:
                         return
                     if trio.current_time() - last_write >= pacing.heartbeat_seconds:
-                        pending = b": keepalive\n\n"
+                        pending = [KEEPALIVE]
                         break
                     await subscription.wait()
     finally:
@@ -160,7 +181,7 @@ async def stream_response(service: Service, settings: ProjectsSettings, stream: 
     headers = {name: value for name, value in SSE_HEADERS.items() if name != "Content-Type"}
     if lost is not None:
         headers[LOST_HEADER] = lost
-    body = _frames(subscription, pacing, lost, slot)
+    body = _frames(subscription, pacing, lost, slot, service.state(QUEUED_BYTES))
     # A body never started (the client left before it) runs no ``finally``: give the
     # slot back when it is dropped instead.
     weakref.finalize(body, slot.release)

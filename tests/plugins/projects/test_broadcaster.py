@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
+from prometheus_client import CollectorRegistry
 
 from plugins.projects.engine.run_queue import Backlog
 from plugins.projects.engine.submit import Job, RunRequest, priority_of
 from plugins.projects.engine.templates import builtin_templates
 from plugins.projects.live.event_log import StreamEvent
+from plugins.projects.live.queued import GRACE_SECONDS, QueuedBytes, pieces
 from plugins.projects.live.ring import Lagged, Ring, Subscription
 
 
@@ -25,8 +28,9 @@ def ring_with(count: int, capacity: int = 10, run: str = "run_a") -> Ring:
     return ring
 
 
-def seqs(chunk: bytes) -> list[int]:
-    return [int(line[4:]) for line in chunk.decode().splitlines() if line.startswith("id: ")]
+def seqs(frames: list[bytes]) -> list[int]:
+    return [int(line[4:]) for line in b"".join(frames).decode().splitlines()
+            if line.startswith("id: ")]
 
 
 async def test_the_ring_keeps_the_newest_events_as_frames() -> None:
@@ -34,11 +38,11 @@ async def test_the_ring_keeps_the_newest_events_as_frames() -> None:
     assert (ring.first_seq, ring.last_seq) == (16, 25)
     assert seqs(ring.frames_after(15)) == list(range(16, 26))
     assert seqs(ring.frames_after(23)) == [24, 25]
-    assert ring.frames_after(25) == b""
+    assert ring.frames_after(25) == []
     with pytest.raises(Lagged):
         ring.frames_after(14)
-    assert ring.frames_after(24) == (b'id: 25\nevent: message\n'
-                                     b'data: {"role":"assistant","text":"25"}\n\n')
+    assert ring.frames_after(24) == [b'id: 25\nevent: message\n'
+                                     b'data: {"role":"assistant","text":"25"}\n\n']
     reloaded = Ring(10)
     reloaded.reset([event(seq) for seq in range(16, 26)], 25)
     assert reloaded.frames_after(15) == ring.frames_after(15)
@@ -63,12 +67,12 @@ async def test_where_readers_start() -> None:
     assert ring_with(30, run="run_a").start_cursor(None, "run_a") == (20, None)
 
 
-async def test_a_reader_takes_everything_pending_in_one_piece() -> None:
+async def test_a_reader_takes_everything_pending_at_once() -> None:
     ring = ring_with(3, capacity=100)
     with Subscription(ring, 0, max_lag=5, heartbeat_seconds=15) as reader:
         assert ring.readers == 1
         assert seqs(reader.take()) == [1, 2, 3]  # the replay is not lag
-        assert reader.take() == b""
+        assert reader.take() == []
         for seq in range(4, 9):
             ring.append(event(seq))
         assert seqs(reader.take()) == [4, 5, 6, 7, 8]
@@ -85,7 +89,7 @@ async def test_a_reader_takes_everything_pending_in_one_piece() -> None:
 async def test_readers_wake_when_the_ring_grows() -> None:
     ring = ring_with(1)
     reader = Subscription(ring, 1, max_lag=10, heartbeat_seconds=15)
-    woken: list[bytes] = []
+    woken: list[list[bytes]] = []
 
     async def wait_then_take() -> None:
         await reader.wait()
@@ -102,6 +106,78 @@ async def test_readers_wake_when_the_ring_grows() -> None:
     ring.close()
     await reader.wait()
     assert reader.closed
+
+
+async def test_readers_share_the_frames_of_the_ring() -> None:
+    ring = ring_with(8, capacity=10)
+    with Subscription(ring, 0, 100, 15) as one, Subscription(ring, 3, 100, 15) as two:
+        first, second = one.take(), two.take()
+    assert seqs(first) == list(range(1, 9)) and seqs(second) == list(range(4, 9))
+    # Every reader's backlog holds the ring's own bytes objects: nothing is copied.
+    assert all(mine is theirs for mine, theirs in zip(first[3:], second, strict=True))
+    assert all(mine is held for mine, held in zip(first, ring.frames_after(0), strict=True))
+
+
+def test_a_backlog_goes_out_in_bounded_writes() -> None:
+    small, big = b"s" * 100, b"b" * 1000
+    frames = [small] * 5 + [big] + [small] * 3
+    written = list(pieces(frames, limit=350))
+    assert [len(piece) for piece in written] == [300, 200, 1000, 300]
+    assert written[2] is big  # a frame as large as a write goes alone, unjoined
+    assert b"".join(written) == b"".join(frames)
+    assert list(pieces([])) == []
+
+
+async def test_the_budget_holds_writes_back_and_cuts_the_most_behind() -> None:
+    queued = QueuedBytes(budget=1000, registry=CollectorRegistry())
+    ring = ring_with(10, capacity=10)
+    far, near, recent, waiting, further = (Subscription(ring, cursor, 100, 15)
+                                           for cursor in (2, 8, 5, 4, 0))
+    await queued.acquire(far, 400)
+    await queued.acquire(near, 300)
+    await queued.acquire(recent, 200)
+    now = trio.current_time()
+    assert queued.total == 900 and queued.over_budget(now) == []  # nobody waits
+    far.writing_since = near.writing_since = now - GRACE_SECONDS / 2
+    later = now + GRACE_SECONDS
+    recent.writing_since = later - GRACE_SECONDS / 2
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(queued.acquire, waiting, 500)
+        await trio.testing.wait_all_tasks_blocked()
+        assert set(queued.waiting) == {waiting} and waiting.queued == 0
+        # Nobody has been writing or waiting long: a burst, not a reader that stopped.
+        assert queued.over_budget(now) == []
+        # 400 bytes too many: the reader furthest behind goes first, and is enough.
+        assert far.bytes_behind() > waiting.bytes_behind() > recent.bytes_behind() > \
+            near.bytes_behind()
+        assert queued.over_budget(later) == [far] and far.dropped is not None
+        assert queued.over_budget(later) == []  # its write is being cut
+        queued.release(far)
+    assert (queued.total, waiting.queued, queued.waiting) == (1000, 500, {})
+    assert near.dropped is None and recent.dropped is None
+
+    # A waiting reader further behind than every writer is the one cut off.
+    refused: list[str] = []
+
+    async def wait_for_room() -> None:
+        try:
+            await queued.acquire(further, 500)
+        except Lagged as lagged:
+            refused.append(str(lagged))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for_room)
+        await trio.testing.wait_all_tasks_blocked()
+        assert queued.over_budget(later + GRACE_SECONDS) == [further]
+    assert refused == ["the process's readers hold 1000 bytes of writes"]
+    assert queued.total == 1000 and not queued.waiting and further.queued == 0
+    for reader in (near, recent, waiting):
+        queued.release(reader)
+    assert queued.total == 0 and not queued.writing
+    alone = Subscription(ring, 0, 100, 15)
+    await queued.acquire(alone, 5000)  # alone, a write larger than the budget goes through
+    assert queued.total == 5000
 
 
 def job(run_id: str, priority: int, order: int) -> Job:

@@ -219,7 +219,7 @@ async def test_a_run_started_through_the_api_as_the_marketplace_would(
         assert charged == ["write_file", "git_commit"]
         assert (tmp_path / "agent-run" / "report.md").is_file()
         subscription, lost = await subscribe(service, "agent-run-7", "0", None, 15.0)
-        frames = subscription.take().decode()
+        frames = b"".join(subscription.take()).decode()
         assert lost is None
         assert frames.count("event: tool_call") == 2
         assert f'"runId":"{run_id}","finalStatus":"failed"' in frames
