@@ -70,12 +70,15 @@ test: lint typecheck pytest
 bench: $(STAMP) $(NODE_STAMP) wrk
 	$(BIN)/python -m bench.run_all
 
-# Rewrites requirements.lock from the dependency ranges of pyproject.toml and client/ (the newest
-# versions that fit, with hashes), in a throwaway venv with a pinned pip-tools. Commit the result.
+# Rewrites requirements.lock from the dependency ranges of pyproject.toml and client/, with
+# hashes, in a throwaway venv with a pinned pip-tools: pins that still fit are kept and new
+# dependencies added; `make lock UPGRADE=1` moves every pin to the newest version that fits.
+# Commit the result.
 lock:
 	$(PYTHON) -m venv var/lock-venv
 	var/lock-venv/bin/pip install --quiet pip-tools==7.6.2
-	var/lock-venv/bin/pip-compile --quiet --upgrade --generate-hashes --allow-unsafe --strip-extras \
+	var/lock-venv/bin/pip-compile --quiet $(if $(UPGRADE),--upgrade) --generate-hashes \
+	  --allow-unsafe --strip-extras \
 	  --all-build-deps --extra dev --no-emit-find-links --no-emit-index-url \
 	  --output-file requirements.lock pyproject.toml client/pyproject.toml
 
