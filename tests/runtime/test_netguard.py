@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from plugins.webhooks.urlguard import (
+from runtime.netguard import (
     UnsafeUrlError,
     UrlPolicy,
     check_url,
