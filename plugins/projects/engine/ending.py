@@ -13,6 +13,7 @@ from urllib.parse import quote
 from sqlalchemy import Connection
 
 from plugins.projects.engine.run_rows import RunRecord, end_run
+from plugins.projects.preview import preview_url
 from plugins.projects.records.projects import get_project_by_id, set_project_status
 from runtime.events import EventType
 from runtime.service import Service
@@ -21,7 +22,8 @@ PROJECT_COMPLETED = "project.completed"
 PROJECT_FAILED = "project.failed"
 EVENT_TYPES = [
     EventType(PROJECT_COMPLETED, "A project's agent run completed; data: slug, artifact_url "
-              "(a zip of the workspace as the run left it), run_id, sha."),
+              "(a zip of the workspace as the run left it), preview_url (the work tree, live, "
+              "scripts running in a sandbox), run_id, sha."),
     EventType(PROJECT_FAILED, "A project's agent run failed (an agent or model error, a "
               "crash, a timeout or a stopped service); data: slug, reason, run_id."),
 ]
@@ -38,11 +40,17 @@ class RunEnding:
 
 @dataclass(frozen=True)
 class Ended:
-    """A recorded end: the run, and for a project run its slug and artifact URL."""
+    """A recorded end: the run, and for a project run its slug, artifact and preview URLs."""
 
     run: RunRecord
     project_slug: str | None = None
     artifact_url: str | None = None
+    preview_url: str | None = None
+
+    def done_data(self) -> dict[str, str]:
+        """The data of the run's ``done`` event (``previewUrl`` for a project run)."""
+        data = {"runId": self.run.id, "finalStatus": self.run.status}
+        return data if self.preview_url is None else {**data, "previewUrl": self.preview_url}
 
 
 def artifact_url(public_url: str, slug: str, sha: str | None) -> str:
@@ -63,12 +71,13 @@ def record_end(service: Service, connection: Connection, run_id: str,
         return Ended(run)
     set_project_status(connection, project.id, ending.status)
     url = artifact_url(service.settings.service.public_url, project.slug, ending.sha)
+    preview = preview_url(service, project.id, project.slug)
     if ending.status == "completed":
         service.emit_event(connection, user_id=project.owner_id, name=PROJECT_COMPLETED,
-                           data={"slug": project.slug, "artifact_url": url, "run_id": run.id,
-                                 "sha": ending.sha})
+                           data={"slug": project.slug, "artifact_url": url,
+                                 "preview_url": preview, "run_id": run.id, "sha": ending.sha})
     elif ending.status == "failed":
         service.emit_event(connection, user_id=project.owner_id, name=PROJECT_FAILED,
                            data={"slug": project.slug, "reason": ending.reason,
                                  "run_id": run.id})
-    return Ended(run, project.slug, url)
+    return Ended(run, project.slug, url, preview)

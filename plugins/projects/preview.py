@@ -1,0 +1,154 @@
+"""Live preview of a project: its work tree as the last run left it, with scripts running.
+
+A preview is agent-written HTML and script, so it must never act as the signed-in user.
+Every preview response carries ``Content-Security-Policy: sandbox allow-scripts allow-forms
+allow-popups`` (never ``allow-same-origin``): the browser runs the page in an opaque origin
+that has no cookies or storage of the API's host, sends the API's SameSite cookies with none
+of its requests, and cannot read the API's answers (the API sends no CORS headers). Framing
+is limited to the serving origin (``frame-ancestors 'self'``) and ``nosniff`` stops a file
+being run as another type than its name says.
+
+``GET /projects/<slug>/preview/<path>`` serves the tree (a folder serves its ``index.html``;
+private projects: owner only). With ``preview_base_url`` set (a host on another registrable
+domain, wildcard DNS to this service), previews move there, one host per project,
+``p<id>-<token>.<preview host>``, the token an HMAC of the project id under the service's
+secret: the route on the API host checks the caller may see the project, then redirects to
+that host, and the host answers only with previews. Knowing a private project's preview host
+is the capability to see its preview; only its owner is given it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import mimetypes
+import re
+from urllib.parse import quote, urlsplit
+
+import trio
+from quart import Response, request
+
+from plugins.projects.engine.workspace import Workspace, WorkspaceError
+from plugins.projects.records.access import visible_project
+from plugins.projects.records.projects import Project, get_project_by_id
+from plugins.projects.state import PROJECTS_STATE
+from runtime.errors import MethodNotAllowed, NotFound, PayloadTooLarge
+from runtime.http import current_service
+from runtime.openapi import Success, answers
+from runtime.service import Service
+
+MAX_FILE_BYTES = 20 * 1024 * 1024
+PREVIEW_HEADERS = {
+    "Content-Security-Policy": "sandbox allow-scripts allow-forms allow-popups; "
+                               "frame-ancestors 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+_HOST_LABEL = re.compile(r"p([0-9]{1,18})-([a-z2-7]{24})")
+_TOKEN_CONTEXT = b"flowsvc preview host\0"
+
+
+def host_token(secret: str, project_id: int) -> str:
+    """The unguessable part of project ``project_id``'s preview host name."""
+    digest = hmac.new(secret.encode(), _TOKEN_CONTEXT + str(project_id).encode(),
+                      hashlib.sha256).digest()
+    return base64.b32encode(digest[:15]).decode().lower()
+
+
+def preview_url(service: Service, project_id: int, slug: str) -> str:
+    """Where project ``project_id``'s preview is seen: its own host under
+    ``preview_base_url``, else ``/projects/<slug>/preview/`` on the API's public URL."""
+    base = service.state(PROJECTS_STATE).settings.preview_base_url
+    if not base:
+        public = service.settings.service.public_url.rstrip("/")
+        return f"{public}/projects/{quote(slug)}/preview/"
+    scheme, _, origin = base.partition("://")
+    label = f"p{project_id}-{host_token(service.settings.jwt.secret, project_id)}"
+    return f"{scheme}://{label}.{origin}/"
+
+
+async def _serve_tree(service: Service, project: Project, path: str) -> Response:
+    """The file at ``path`` of the project's work tree (a folder: its ``index.html``).
+
+    :raises NotFound: the path is refused (``Workspace.resolve``: traversal, ``.git``, a
+        symlink out) or names no file.
+    """
+    workspace = Workspace(service.state(PROJECTS_STATE).project_workspace(project.id))
+    relative = path.strip("/") or "index.html"
+    try:
+        target = workspace.resolve(relative)
+        if await trio.Path(target).is_dir():
+            if not path.endswith("/"):
+                # The folder's index.html links relative to the folder only with the slash.
+                return _with_headers(_redirect(quote(request.path) + "/", 301))
+            relative += "/index.html"
+            target = workspace.resolve(relative)
+    except WorkspaceError as exc:
+        raise NotFound(f"no file {path!r} in the preview of {project.slug!r}: {exc}") from None
+    file = trio.Path(target)
+    if not await file.is_file():
+        raise NotFound(f"no file {relative!r} in the preview of {project.slug!r}")
+    if (await file.stat()).st_size > MAX_FILE_BYTES:
+        raise PayloadTooLarge(f"file {relative!r} is over {MAX_FILE_BYTES} bytes")
+    content_type = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+    return _with_headers(Response(await file.read_bytes(), status=200,
+                                  content_type=content_type))
+
+
+def _redirect(location: str, status: int) -> Response:
+    return Response("", status=status, headers={"Location": location})
+
+
+def _with_headers(response: Response) -> Response:
+    response.headers.update(PREVIEW_HEADERS)
+    return response
+
+
+@answers(Success(200, "*/*", "the file, in a script-enabled sandbox"))
+async def project_preview(slug: str, path: str = "") -> Response:
+    """The project's work tree as the last run left it, scripts running in an opaque origin
+    (private projects: owner only). With ``preview_base_url``: a redirect to the project's
+    preview host."""
+    service = current_service()
+    project = await visible_project(service, slug)
+    if service.state(PROJECTS_STATE).settings.preview_base_url:
+        target = preview_url(service, project.id, project.slug) + quote(path)
+        if request.query_string:
+            target += "?" + request.query_string.decode("ascii", "replace")
+        return _redirect(target, 302)
+    return await _serve_tree(service, project, path)
+
+
+def _preview_base(service: Service) -> tuple[str, int | None] | None:
+    base = service.state(PROJECTS_STATE).settings.preview_base_url
+    if not base:
+        return None
+    parts = urlsplit(base)
+    return (parts.hostname or "").lower(), parts.port
+
+
+async def serve_preview_host() -> Response | None:
+    """Before any route: a request to a preview host gets its project's preview, or 404;
+    never an API answer. None for every other host."""
+    service = current_service()
+    base = _preview_base(service)
+    if base is None:
+        return None
+    parts = urlsplit(f"//{request.host}")
+    host = (parts.hostname or "").lower().removesuffix(".")
+    label, _, parent = host.partition(".")
+    if parent != base[0] or parts.port != base[1]:
+        return None
+    matched = _HOST_LABEL.fullmatch(label)
+    project = None
+    if matched is not None:
+        project_id, token = int(matched[1]), matched[2]
+        if hmac.compare_digest(token, host_token(service.settings.jwt.secret, project_id)):
+            project = await service.db.read(get_project_by_id, project_id)
+    if project is None:
+        raise NotFound(f"no preview at {host}")
+    if request.method not in ("GET", "HEAD"):
+        raise MethodNotAllowed(f"a preview answers only GET and HEAD, not {request.method}")
+    return await _serve_tree(service, project, request.path.lstrip("/"))
