@@ -8,13 +8,17 @@ of its requests, and cannot read the API's answers (the API sends no CORS header
 is limited to the serving origin (``frame-ancestors 'self'``) and ``nosniff`` stops a file
 being run as another type than its name says.
 
-``GET /projects/<slug>/preview/<path>`` serves the tree (a folder serves its ``index.html``;
-private projects: owner only). With ``preview_base_url`` set (a host on another registrable
-domain, wildcard DNS to this service), previews move there, one host per project,
-``p<id>-<token>.<preview host>``, the token an HMAC of the project id under the service's
-secret: the route on the API host checks the caller may see the project, then redirects to
-that host, and the host answers only with previews. Knowing a private project's preview host
-is the capability to see its preview; only its owner is given it.
+``GET /projects/<slug>/preview/<path>`` serves the tree (a folder serves its ``index.html``).
+Because the page's own requests (its scripts, styles, images) carry no cookie, a private
+project's preview cannot be checked per request: its owner, checked once, is redirected to
+``/projects/<slug>/preview/~<token>/<path>``, where the token (an HMAC of the project under
+the service's secret) is the capability to see it, and relative links keep it. The token is
+never stored in events or webhooks, which name the route without it.
+
+With ``preview_base_url`` set (a host on another registrable domain, wildcard DNS to this
+service), previews move there, one host per project, ``p<id>-<token>.<preview host>``: the
+route on the API host checks the caller may see the project and redirects there, and that
+host answers only with previews.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import trio
 from quart import Response, request
 
 from plugins.projects.engine.workspace import Workspace, WorkspaceError
-from plugins.projects.records.access import visible_project
+from plugins.projects.records.access import find_project, visible_project
 from plugins.projects.records.projects import Project, get_project_by_id
 from plugins.projects.state import PROJECTS_STATE
 from runtime.errors import MethodNotAllowed, NotFound, PayloadTooLarge
@@ -47,26 +51,31 @@ PREVIEW_HEADERS = {
     "Cache-Control": "no-cache",
 }
 _HOST_LABEL = re.compile(r"p([0-9]{1,18})-([a-z2-7]{24})")
-_TOKEN_CONTEXT = b"flowsvc preview host\0"
+_TOKEN_SEGMENT = re.compile(r"~([a-z2-7]{24})(/.*)?", re.S)
+_TOKEN_CONTEXT = b"flowsvc preview\0"
 
 
-def host_token(secret: str, project_id: int) -> str:
-    """The unguessable part of project ``project_id``'s preview host name."""
-    digest = hmac.new(secret.encode(), _TOKEN_CONTEXT + str(project_id).encode(),
-                      hashlib.sha256).digest()
+def preview_token(secret: str, project: Project) -> str:
+    """The capability to see ``project``'s preview (it changes if the project's privacy
+    does)."""
+    message = f"{project.id}:{'private' if project.private else 'public'}".encode()
+    digest = hmac.new(secret.encode(), _TOKEN_CONTEXT + message, hashlib.sha256).digest()
     return base64.b32encode(digest[:15]).decode().lower()
 
 
-def preview_url(service: Service, project_id: int, slug: str) -> str:
-    """Where project ``project_id``'s preview is seen: its own host under
-    ``preview_base_url``, else ``/projects/<slug>/preview/`` on the API's public URL."""
-    base = service.state(PROJECTS_STATE).settings.preview_base_url
-    if not base:
-        public = service.settings.service.public_url.rstrip("/")
-        return f"{public}/projects/{quote(slug)}/preview/"
+def _token_matches(service: Service, project: Project, token: str) -> bool:
+    return hmac.compare_digest(token, preview_token(service.settings.jwt.secret, project))
+
+
+def preview_url(public_url: str, slug: str) -> str:
+    """The preview route of project ``slug`` (what ``done`` and ``project.completed`` name)."""
+    return f"{public_url.rstrip('/')}/projects/{quote(slug)}/preview/"
+
+
+def _host_url(service: Service, base: str, project: Project) -> str:
     scheme, _, origin = base.partition("://")
-    label = f"p{project_id}-{host_token(service.settings.jwt.secret, project_id)}"
-    return f"{scheme}://{label}.{origin}/"
+    return f"{scheme}://p{project.id}-{preview_token(service.settings.jwt.secret, project)}" \
+           f".{origin}/"
 
 
 async def _serve_tree(service: Service, project: Project, path: str) -> Response:
@@ -106,18 +115,34 @@ def _with_headers(response: Response) -> Response:
     return response
 
 
+def _redirect_keeping_query(target: str) -> Response:
+    if request.query_string:
+        target += "?" + request.query_string.decode("ascii", "replace")
+    return _redirect(target, 302)
+
+
 @answers(Success(200, "*/*", "the file, in a script-enabled sandbox"))
 async def project_preview(slug: str, path: str = "") -> Response:
-    """The project's work tree as the last run left it, scripts running in an opaque origin
-    (private projects: owner only). With ``preview_base_url``: a redirect to the project's
-    preview host."""
+    """The project's work tree as the last run left it, scripts running in an opaque origin.
+    A private project's owner is redirected to a capability URL (``~<token>/``); with
+    ``preview_base_url``, everyone allowed is redirected to the project's preview host."""
     service = current_service()
-    project = await visible_project(service, slug)
-    if service.state(PROJECTS_STATE).settings.preview_base_url:
-        target = preview_url(service, project.id, project.slug) + quote(path)
-        if request.query_string:
-            target += "?" + request.query_string.decode("ascii", "replace")
-        return _redirect(target, 302)
+    base = service.state(PROJECTS_STATE).settings.preview_base_url
+    capability = _TOKEN_SEGMENT.fullmatch(path)
+    if capability is not None:
+        project = await find_project(service, slug)
+        if not _token_matches(service, project, capability[1]):
+            raise NotFound(f"no preview at {path!r} of project {slug!r}")
+        path = (capability[2] or "/").removeprefix("/")
+        if not base:
+            return await _serve_tree(service, project, path)
+    else:
+        project = await visible_project(service, slug)
+    if base:
+        return _redirect_keeping_query(_host_url(service, base, project) + quote(path))
+    if project.private:
+        token = preview_token(service.settings.jwt.secret, project)
+        return _redirect_keeping_query(f"{preview_url('', slug)}~{token}/{quote(path)}")
     return await _serve_tree(service, project, path)
 
 
@@ -144,10 +169,8 @@ async def serve_preview_host() -> Response | None:
     matched = _HOST_LABEL.fullmatch(label)
     project = None
     if matched is not None:
-        project_id, token = int(matched[1]), matched[2]
-        if hmac.compare_digest(token, host_token(service.settings.jwt.secret, project_id)):
-            project = await service.db.read(get_project_by_id, project_id)
-    if project is None:
+        project = await service.db.read(get_project_by_id, int(matched[1]))
+    if project is None or matched is None or not _token_matches(service, project, matched[2]):
         raise NotFound(f"no preview at {host}")
     if request.method not in ("GET", "HEAD"):
         raise MethodNotAllowed(f"a preview answers only GET and HEAD, not {request.method}")

@@ -7,6 +7,7 @@ where a page must be loaded with a cookie already set, then inspected.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -89,11 +90,22 @@ class Browser:
         return answer["result"].get("value")
 
     async def wait_for(self, expression: str, seconds: float = 30) -> Any:
-        """Poll ``expression`` until it is truthy; its value."""
+        """Poll ``expression`` until it is truthy (the page tells nothing else); its value."""
         with trio.fail_after(seconds):
-            while not (value := await self.evaluate(expression)):
+            while True:
+                value = await self.evaluate(expression)
+                if value:
+                    return value
                 await trio.sleep(0.05)
-        return value
+
+
+def _pipe_end_above_4() -> tuple[int, int]:
+    """A pipe whose ends are not fds 3 or 4, which bash below rewires for Chromium."""
+    read, write = os.pipe()
+    ends = tuple(fcntl.fcntl(end, fcntl.F_DUPFD_CLOEXEC, 10) for end in (read, write))
+    os.close(read)
+    os.close(write)
+    return ends[0], ends[1]
 
 
 @asynccontextmanager
@@ -104,9 +116,9 @@ async def chromium(profile: Path, *flags: str) -> AsyncIterator[Browser]:
     name resolves but the ones they serve, and nothing leaves the machine.
     """
     assert CHROMIUM is not None, "chromium not found: install the Debian package chromium"
-    commands_read, commands_write = os.pipe()
-    answers_read, answers_write = os.pipe()
-    argv = ["sh", "-c", f'exec 3<&{commands_read} 4>&{answers_write} '
+    commands_read, commands_write = _pipe_end_above_4()
+    answers_read, answers_write = _pipe_end_above_4()
+    argv = ["bash", "-c", f'exec 3<&{commands_read} 4>&{answers_write} '
             f'{commands_read}<&- {answers_write}>&- "$@"', "sh", CHROMIUM,
             "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
             "--disable-background-networking", "--disable-component-update",

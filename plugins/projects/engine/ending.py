@@ -71,7 +71,7 @@ def record_end(service: Service, connection: Connection, run_id: str,
         return Ended(run)
     set_project_status(connection, project.id, ending.status)
     url = artifact_url(service.settings.service.public_url, project.slug, ending.sha)
-    preview = preview_url(service, project.id, project.slug)
+    preview = preview_url(service.settings.service.public_url, project.slug)
     if ending.status == "completed":
         service.emit_event(connection, user_id=project.owner_id, name=PROJECT_COMPLETED,
                            data={"slug": project.slug, "artifact_url": url,

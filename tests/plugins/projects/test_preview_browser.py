@@ -1,0 +1,92 @@
+"""The live preview in a real browser (headless Chromium over the DevTools pipe).
+
+The owner is signed in in the browser (the service's own session cookie). The preview page's
+scripts run, but in an opaque origin: no cookie or storage of the API's host, the API's
+answers unreadable, and the API sees none of the owner's credentials on the script's calls.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from plugins.projects.preview import preview_token
+from plugins.projects.records.projects import get_project
+from plugins.projects.state import PROJECTS_STATE
+from runtime.server import Running
+from tests.support import request_log
+from tests.support.chromium import chromium
+from tests.support.projects import GrantedFeatures, new_project, serve_projects, token_owner
+
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
+PROBE = """
+(async () => {
+  const out = {ran: true, origin: self.origin};
+  try { out.cookie = document.cookie; } catch (e) { out.cookie = e.name; }
+  try { localStorage.setItem("k", "v"); out.storage = "usable"; }
+  catch (e) { out.storage = e.name; }
+  for (const [name, path] of [["me", "/me"], ["project", "/projects/SLUG"]]) {
+    try {
+      const answer = await fetch(path + "?from=preview", {credentials: "include"});
+      out[name] = await answer.text();
+    } catch (e) { out[name] = e.name; }
+  }
+  try {
+    await fetch("/me?from=preview-no-cors", {credentials: "include", mode: "no-cors"});
+  } catch (e) { out.noCors = e.name; }
+  document.body.dataset.result = JSON.stringify(out);
+})();
+"""
+
+
+def write_tree(running: Running, project_id: str, slug: str) -> None:
+    root = running.service.state(PROJECTS_STATE).project_workspace(int(project_id))
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "index.html").write_text(
+        "<!doctype html><html><head><title>Preview</title><script src='probe.js'></script>"
+        "</head><body><h1>Hello</h1></body></html>")
+    (root / "app" / "probe.js").write_text(PROBE.replace("SLUG", slug))
+
+
+async def private_token(running: Running, slug: str) -> str:
+    project = await running.service.db.read(get_project, slug)
+    assert project is not None and project.private
+    return preview_token(running.service.settings.jwt.secret, project)
+
+
+async def test_preview_scripts_run_without_the_owners_credentials(tmp_path: Path) -> None:
+    plugins = json.dumps(["auth", "chain", "projects", request_log.MODULE])
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                              extra_env={"FLOWSVC_PLUGINS_ENABLED": plugins}) as running:
+        log = running.service.state(request_log.REQUEST_LOG)
+        async with token_owner(running, "luigi") as http:
+            user_id = int((await http.get("/me")).json()["user"]["id"])
+            running.service.pm.register(GrantedFeatures({user_id: {"privateProjects": True}}))
+            project = await new_project(http, "luigi", private=True)
+            slug = project["slug"]
+            write_tree(running, project["id"], slug)
+            token = await private_token(running, slug)
+            [session] = [cookie for cookie in http.cookies.jar]
+            async with chromium(tmp_path / "profile", OFFLINE) as browser:
+                await browser.call("Network.setCookie", {
+                    "name": session.name, "value": session.value,
+                    "url": running.base_url, "httpOnly": True, "sameSite": "Lax"})
+                await browser.navigate(f"{running.base_url}/me")
+                me = json.loads(await browser.evaluate("document.body.innerText"))
+                assert me["user"]["id"] == str(user_id)  # signed in, in this browser
+
+                await browser.navigate(f"{running.base_url}/projects/{slug}/preview/app")
+                result = json.loads(await browser.wait_for("document.body.dataset.result"))
+    # The scripts ran, in an opaque origin: no cookie, no storage, no readable API answer.
+    assert result == {"ran": True, "origin": "null", "cookie": "SecurityError",
+                      "storage": "SecurityError", "me": "TypeError", "project": "TypeError"}
+    # The API saw the script's calls (the no-cors one too) without the owner's cookie.
+    from_script = [seen for seen in log if "from=preview" in seen.target]
+    assert len(from_script) == 3
+    assert not any(seen.had_cookie or seen.user_id for seen in from_script)
+    # The owner opened the private preview signed in, and was sent to its capability URL,
+    # which alone lets the page's own files load (they come without the cookie too).
+    opened = [seen for seen in log if "/preview/" in seen.target and "from=" not in seen.target]
+    assert [(seen.target.split("/preview/")[1], seen.user_id) for seen in opened] == [
+        ("app", int(user_id)), (f"~{token}/app", int(user_id)), (f"~{token}/app/", int(user_id)),
+        (f"~{token}/app/probe.js", None)]
