@@ -173,11 +173,14 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes,
         # Decoding would let a few compressed bytes become gigabytes before the cap applies.
         raise FetchFailed(f"the server sent a {encoding}-encoded body although none was asked")
     body = bytearray()
-    async for chunk in response.aiter_raw():
-        body.extend(chunk)
-        if len(body) > max_bytes:
-            return bytes(body[:max_bytes]), True
-    return bytes(body), False
+    with trio.CancelScope() as reading:
+        async for chunk in response.aiter_raw():
+            body.extend(chunk[: max_bytes + 1 - len(body)])
+            if len(body) > max_bytes:
+                # Stop by cancelling the read under way: leaving the loop would drop
+                # httpcore's body generators half-way, for the GC to finalize (with a warning).
+                reading.cancel()
+    return bytes(body[:max_bytes]), len(body) > max_bytes
 
 
 async def _get_following(client: httpx.AsyncClient, url: str, policy: UrlPolicy, *,

@@ -10,9 +10,8 @@ comes back as its visible text; other text types as they are; anything else is r
 from __future__ import annotations
 
 import codecs
+from email.message import Message
 from html.parser import HTMLParser
-
-import httpx
 
 from plugins.projects.settings import ProjectsSettings
 from runtime import outbound
@@ -89,13 +88,15 @@ def page_text(fetched: outbound.Fetched) -> str:
 
     :raises outbound.FetchFailed: the body is not text.
     """
-    media_type, _, parameters = fetched.content_type.partition(";")
+    media_type = fetched.content_type.partition(";")[0]
     media_type = media_type.strip().lower()
     if media_type and not _is_text(media_type):
         raise outbound.FetchFailed(f"the page is {media_type}, not text")
     if not media_type and b"\0" in fetched.body:
         raise outbound.FetchFailed("the page is binary, not text")
-    charset = httpx.Headers({"content-type": fetched.content_type}).encoding or "utf-8"
+    header = Message()
+    header["content-type"] = fetched.content_type
+    charset = header.get_content_charset() or "utf-8"
     try:
         codecs.lookup(charset)
     except LookupError:
