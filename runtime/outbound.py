@@ -197,7 +197,7 @@ async def _get_following(client: httpx.AsyncClient, url: str, policy: UrlPolicy,
                     if redirects == max_redirects:
                         raise FetchFailed(f"more than {max_redirects} redirects")
                     redirects += 1
-                    url = str(request.url.join(location))
+                    url = str(request.url.join(location))  # httpx refused invalid ones
                     continue
                 body, truncated = await _read_capped(response, max_bytes)
             finally:

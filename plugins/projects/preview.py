@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import mimetypes
 import re
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, quote_from_bytes, urlsplit
 
 import trio
 from quart import Response, request
@@ -117,7 +117,7 @@ def _with_headers(response: Response) -> Response:
 
 def _redirect_keeping_query(target: str) -> Response:
     if request.query_string:
-        target += "?" + request.query_string.decode("ascii", "replace")
+        target += "?" + quote_from_bytes(request.query_string, safe="/?:@!$&'()*+,;=%~")
     return _redirect(target, 302)
 
 
@@ -164,7 +164,11 @@ async def serve_preview_host() -> Response | None:
     parts = urlsplit(f"//{request.host}")
     host = (parts.hostname or "").lower().removesuffix(".")
     label, _, parent = host.partition(".")
-    if parent != base[0] or parts.port != base[1]:
+    try:
+        port = parts.port
+    except ValueError:  # not a port: not a preview host either
+        return None
+    if parent != base[0] or port != base[1]:
         return None
     matched = _HOST_LABEL.fullmatch(label)
     project = None

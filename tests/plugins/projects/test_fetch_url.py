@@ -151,6 +151,12 @@ async def test_redirects_to_non_public_addresses_are_refused(web: FakeWeb,
         refused = await fetch(web.url(f"/redirect?to={target}"))
         assert refused.error is not None and refused.error.startswith("url refused: "), \
             (target, refused.error)
+    broken = await fetch(web.url("/redirect?to=http://[::1"))
+    assert broken.error == ("fetch failed: network error: Invalid URL in location header: "
+                            "Invalid port: ':1'.")
+    for target in ("http://a b/", "http://:99999/"):
+        refused = await fetch(web.url(f"/redirect?to={target}"))
+        assert refused.error is not None and refused.error.startswith("url refused: "), target
     # The first hop was served; no refused target was ever requested.
     assert all(path.startswith("/redirect") for path in web.paths)
 

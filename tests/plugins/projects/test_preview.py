@@ -197,5 +197,11 @@ async def test_preview_hosts_serve_only_previews(tmp_path: Path, database_url: s
                      f"{label}x.preview.test", f"p{private['id']}-{label.split('-')[1]}"
                      ".preview.test"):
             assert (await on_host(host, "/")).status_code == 404, host
-        # The API's own host still serves the API.
+        # The API's own host still serves the API, whatever odd Host it is given.
         assert (await anonymous.get("/healthz")).status_code == 200
+        for odd in (f"{location.host}:http", "preview.test:1:2", "[::1"):
+            answer = await anonymous.get("/healthz", headers={"Host": odd})
+            assert answer.status_code in (200, 400), (odd, answer.status_code)
+        # A query goes along to the preview host, percent-encoded.
+        moved = await anonymous.get(f"/projects/{public['slug']}/preview/?q=a%20b&x=%E2%9C%93")
+        assert moved.headers["location"].endswith("/?q=a%20b&x=%E2%9C%93")
