@@ -3,6 +3,8 @@
 The owner is signed in in the browser (the service's own session cookie). The preview page's
 scripts run, but in an opaque origin: no cookie or storage of the API's host, the API's
 answers unreadable, and the API sees none of the owner's credentials on the script's calls.
+The same browser sees a folder served as its index.html, a path out of the tree refused, and,
+signed out, the private preview refused.
 """
 
 from __future__ import annotations
@@ -77,16 +79,31 @@ async def test_preview_scripts_run_without_the_owners_credentials(tmp_path: Path
 
                 await browser.navigate(f"{running.base_url}/projects/{slug}/preview/app")
                 result = json.loads(await browser.wait_for("document.body.dataset.result"))
+                seen = list(log)
+                # The folder served its index.html.
+                assert await browser.evaluate("document.querySelector('h1').textContent") \
+                    == "Hello"
+                # A path out of the tree is refused, whatever the browser makes of it.
+                await browser.navigate(f"{running.base_url}/projects/{slug}/preview/~{token}/"
+                                       "..%2f..%2f..%2fsecrets.json")
+                refused = await browser.evaluate("document.body.innerText")
+                assert json.loads(refused)["error"]["code"] == "not_found"
+                # Signed out, the private preview is refused.
+                await browser.call("Network.clearBrowserCookies")
+                await browser.navigate(f"{running.base_url}/projects/{slug}/preview/app/")
+                anonymous = await browser.evaluate("document.body.innerText")
+                assert json.loads(anonymous)["error"]["code"] == "private_forbidden"
     # The scripts ran, in an opaque origin: no cookie, no storage, no readable API answer.
     assert result == {"ran": True, "origin": "null", "cookie": "SecurityError",
                       "storage": "SecurityError", "me": "TypeError", "project": "TypeError"}
     # The API saw the script's calls (the no-cors one too) without the owner's cookie.
-    from_script = [seen for seen in log if "from=preview" in seen.target]
+    from_script = [request for request in seen if "from=preview" in request.target]
     assert len(from_script) == 3
-    assert not any(seen.had_cookie or seen.user_id for seen in from_script)
+    assert not any(request.had_cookie or request.user_id for request in from_script)
     # The owner opened the private preview signed in, and was sent to its capability URL,
     # which alone lets the page's own files load (they come without the cookie too).
-    opened = [seen for seen in log if "/preview/" in seen.target and "from=" not in seen.target]
-    assert [(seen.target.split("/preview/")[1], seen.user_id) for seen in opened] == [
+    opened = [request for request in seen
+              if "/preview/" in request.target and "from=" not in request.target]
+    assert [(request.target.split("/preview/")[1], request.user_id) for request in opened] == [
         ("app", int(user_id)), (f"~{token}/app", int(user_id)), (f"~{token}/app/", int(user_id)),
         (f"~{token}/app/probe.js", None)]
