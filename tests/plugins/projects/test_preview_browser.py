@@ -1,4 +1,5 @@
-"""The live preview in a real browser (headless Chromium over the DevTools pipe).
+"""The live preview in a real browser (headless Chromium over the DevTools pipe), on the API's
+host and on a preview host of its own.
 
 The owner is signed in in the browser (the service's own session cookie). The preview page's
 scripts run, but in an opaque origin: no cookie or storage of the API's host, the API's
@@ -29,25 +30,27 @@ PROBE = """
   catch (e) { out.storage = e.name; }
   for (const [name, path] of [["me", "/me"], ["project", "/projects/SLUG"]]) {
     try {
-      const answer = await fetch(path + "?from=preview", {credentials: "include"});
+      const answer = await fetch("API" + path + "?from=preview", {credentials: "include"});
       out[name] = await answer.text();
     } catch (e) { out[name] = e.name; }
   }
   try {
-    await fetch("/me?from=preview-no-cors", {credentials: "include", mode: "no-cors"});
+    await fetch("API/me?from=preview-no-cors", {credentials: "include", mode: "no-cors"});
   } catch (e) { out.noCors = e.name; }
   document.body.dataset.result = JSON.stringify(out);
 })();
 """
 
 
-def write_tree(running: Running, project_id: str, slug: str) -> None:
+def write_tree(running: Running, project_id: str, slug: str, api: str = "") -> None:
+    """A folder ``app`` whose page runs the probe, which calls the API at ``api`` (default:
+    the page's own host)."""
     root = running.service.state(PROJECTS_STATE).project_workspace(int(project_id))
     (root / "app").mkdir(parents=True)
     (root / "app" / "index.html").write_text(
         "<!doctype html><html><head><title>Preview</title><script src='probe.js'></script>"
         "</head><body><h1>Hello</h1></body></html>")
-    (root / "app" / "probe.js").write_text(PROBE.replace("SLUG", slug))
+    (root / "app" / "probe.js").write_text(PROBE.replace("SLUG", slug).replace("API", api))
 
 
 async def private_token(running: Running, slug: str) -> str:
@@ -107,3 +110,36 @@ async def test_preview_scripts_run_without_the_owners_credentials(tmp_path: Path
     assert [(request.target.split("/preview/")[1], request.user_id) for request in opened] == [
         ("app", int(user_id)), (f"~{token}/app", int(user_id)), (f"~{token}/app/", int(user_id)),
         (f"~{token}/app/probe.js", None)]
+
+
+async def test_on_a_preview_host_the_page_is_another_site(tmp_path: Path) -> None:
+    plugins = json.dumps(["auth", "chain", "projects", request_log.MODULE])
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                              extra_env={"FLOWSVC_PLUGINS_ENABLED": plugins},
+                              preview_base_url="http://preview.test:8443") as running:
+        log = running.service.state(request_log.REQUEST_LOG)
+        port = running.base_url.rsplit(":", 1)[1]
+        # Every preview host reaches the service, as wildcard DNS would; nothing else resolves.
+        rules = (f"--host-resolver-rules=MAP *.preview.test:8443 127.0.0.1:{port}, "
+                 "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
+        async with token_owner(running, "luigi") as http:
+            user_id = int((await http.get("/me")).json()["user"]["id"])
+            running.service.pm.register(GrantedFeatures({user_id: {"privateProjects": True}}))
+            project = await new_project(http, "luigi", private=True)
+            slug = project["slug"]
+            write_tree(running, project["id"], slug, api=running.base_url)
+            token = await private_token(running, slug)
+            [session] = [cookie for cookie in http.cookies.jar]
+            async with chromium(tmp_path / "profile", rules) as browser:
+                await browser.call("Network.setCookie", {
+                    "name": session.name, "value": session.value,
+                    "url": running.base_url, "httpOnly": True, "sameSite": "Lax"})
+                await browser.navigate(f"{running.base_url}/projects/{slug}/preview/app/")
+                result = json.loads(await browser.wait_for("document.body.dataset.result"))
+                location = await browser.evaluate("location.href")
+    assert location == f"http://p{project['id']}-{token}.preview.test:8443/app/"
+    assert result == {"ran": True, "origin": "null", "cookie": "SecurityError",
+                      "storage": "SecurityError", "me": "TypeError", "project": "TypeError"}
+    from_script = [request for request in log if "from=preview" in request.target]
+    assert len(from_script) == 3
+    assert not any(request.had_cookie or request.user_id for request in from_script)
