@@ -146,29 +146,35 @@ async def project_preview(slug: str, path: str = "") -> Response:
     return await _serve_tree(service, project, path)
 
 
-def _preview_base(service: Service) -> tuple[str, int | None] | None:
-    base = service.state(PROJECTS_STATE).settings.preview_base_url
-    if not base:
-        return None
-    parts = urlsplit(base)
-    return (parts.hostname or "").lower(), parts.port
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _host_and_port(url: str) -> tuple[str, int]:
+    """The lowercase host of ``url`` and its port (the scheme's when none is written).
+
+    :raises ValueError: the port is not a number in range.
+    """
+    parts = urlsplit(url)
+    port = parts.port
+    return ((parts.hostname or "").lower().removesuffix("."),
+            port if port is not None else _DEFAULT_PORTS.get(parts.scheme, 0))
 
 
 async def serve_preview_host() -> Response | None:
     """Before any route: a request to a preview host gets its project's preview, or 404;
-    never an API answer. None for every other host."""
+    never an API answer. None for every other host, the API's public one always."""
     service = current_service()
-    base = _preview_base(service)
-    if base is None:
+    base = service.state(PROJECTS_STATE).settings.preview_base_url
+    if not base:
         return None
-    parts = urlsplit(f"//{request.host}")
-    host = (parts.hostname or "").lower().removesuffix(".")
-    label, _, parent = host.partition(".")
+    preview_host, preview_port = _host_and_port(base)
     try:
-        port = parts.port
+        host, port = _host_and_port(f"{urlsplit(base).scheme}://{request.host}")
     except ValueError:  # not a port: not a preview host either
         return None
-    if parent != base[0] or port != base[1]:
+    label, _, parent = host.partition(".")
+    if parent != preview_host or port != preview_port \
+            or host == _host_and_port(service.settings.service.public_url)[0]:
         return None
     matched = _HOST_LABEL.fullmatch(label)
     project = None

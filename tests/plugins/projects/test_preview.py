@@ -205,3 +205,18 @@ async def test_preview_hosts_serve_only_previews(tmp_path: Path, database_url: s
         # A query goes along to the preview host, percent-encoded.
         moved = await anonymous.get(f"/projects/{public['slug']}/preview/?q=a%20b&x=%E2%9C%93")
         assert moved.headers["location"].endswith("/?q=a%20b&x=%E2%9C%93")
+
+
+async def test_the_apis_own_host_is_never_taken_for_a_preview(tmp_path: Path) -> None:
+    """A preview domain set, by mistake, to the API's parent domain leaves the API alone."""
+    async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                              preview_base_url="http://example.test:8443",
+                              extra_env={"FLOWSVC_SERVICE_PUBLIC_URL":
+                                         "http://api.example.test:8443"}) as running, \
+            client(running) as anonymous:
+        for host in ("api.example.test:8443", "API.example.test.:8443",
+                     f"p1-{'a' * 24}.example.test", f"p1-{'a' * 24}.example.test:80"):
+            answer = await anonymous.get("/healthz", headers={"Host": host})
+            assert answer.status_code == 200, host
+        elsewhere = await anonymous.get("/healthz", headers={"Host": "www.example.test:8443"})
+        assert elsewhere.status_code == 404
