@@ -33,6 +33,7 @@ from urllib.parse import quote, quote_from_bytes, urlsplit
 import trio
 from quart import Response, request
 
+from plugins.projects.engine.ending import preview_url
 from plugins.projects.engine.workspace import Workspace, WorkspaceError
 from plugins.projects.records.access import find_project, visible_project
 from plugins.projects.records.projects import Project, get_project_by_id
@@ -65,11 +66,6 @@ def preview_token(secret: str, project: Project) -> str:
 
 def _token_matches(service: Service, project: Project, token: str) -> bool:
     return hmac.compare_digest(token, preview_token(service.settings.jwt.secret, project))
-
-
-def preview_url(public_url: str, slug: str) -> str:
-    """The preview route of project ``slug`` (what ``done`` and ``project.completed`` name)."""
-    return f"{public_url.rstrip('/')}/projects/{quote(slug)}/preview/"
 
 
 def _host_url(service: Service, base: str, project: Project) -> str:

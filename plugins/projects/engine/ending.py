@@ -13,7 +13,6 @@ from urllib.parse import quote
 from sqlalchemy import Connection
 
 from plugins.projects.engine.run_rows import RunRecord, end_run
-from plugins.projects.preview import preview_url
 from plugins.projects.records.projects import get_project_by_id, set_project_status
 from runtime.events import EventType
 from runtime.service import Service
@@ -57,6 +56,12 @@ def artifact_url(public_url: str, slug: str, sha: str | None) -> str:
     """Where the built workspace downloads as a zip (at ``sha`` when given)."""
     url = f"{public_url.rstrip('/')}/projects/{quote(slug)}/artifact"
     return f"{url}?ref={sha}" if sha else url
+
+
+def preview_url(public_url: str, slug: str) -> str:
+    """Where the work tree is seen live (``plugins.projects.preview``); without the private
+    capability token, which only the owner is given, by redirect."""
+    return f"{public_url.rstrip('/')}/projects/{quote(slug)}/preview/"
 
 
 def record_end(service: Service, connection: Connection, run_id: str,
