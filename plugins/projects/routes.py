@@ -27,6 +27,7 @@ from plugins.projects.errors import (
     TemplateUnknown,
 )
 from plugins.projects.live.sse import requested_last_event_id, stream_response
+from plugins.projects.preview import project_preview, serve_preview_host
 from plugins.projects.records.access import owned_project, visible_project
 from plugins.projects.records.projects import (
     END_STATUSES,
@@ -50,6 +51,10 @@ blueprint = Blueprint("projects", __name__)
 blueprint.add_url_rule("/projects/<slug>/files/<path:path>", view_func=project_file,
                        methods=["GET"])
 blueprint.add_url_rule("/projects/<slug>/artifact", view_func=artifact, methods=["GET"])
+blueprint.add_url_rule("/projects/<slug>/preview/", view_func=project_preview, methods=["GET"])
+blueprint.add_url_rule("/projects/<slug>/preview/<path:path>", view_func=project_preview,
+                       methods=["GET"])
+blueprint.before_app_request(serve_preview_host)
 CANCEL_WAIT_SECONDS = 5.0
 _POLL_SECONDS = 0.05
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\r?\n")

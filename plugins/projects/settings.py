@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -39,6 +41,12 @@ class ProjectsSettings(Section):
     faster_heartbeat_seconds: float = Field(5.0, gt=0)
     faster_retry_ms: int = Field(1000, ge=0)
     stream_idle_seconds: float = Field(30.0, gt=0)
+    fetch_allow_http: bool = True
+    fetch_allowed_hosts: list[str] = []
+    fetch_allowed_networks: list[str] = []
+    fetch_timeout_seconds: float = Field(15.0, gt=0, le=300)
+    fetch_max_bytes: int = Field(1_048_576, ge=1024, le=64 * 1024 * 1024)
+    preview_base_url: str = ""
 
     @field_validator("model_base_url")
     @classmethod
@@ -46,6 +54,25 @@ class ProjectsSettings(Section):
         if value and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @field_validator("preview_base_url")
+    @classmethod
+    def _preview_origin(cls, value: str) -> str:
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname \
+                or parts.path.strip("/") or parts.query or parts.fragment or "@" in parts.netloc:
+            raise ValueError("must be an origin such as https://preview.example-usercontent.net "
+                             "(http or https, a host, no path)")
+        return value.rstrip("/")
+
+    @field_validator("fetch_allowed_networks")
+    @classmethod
+    def _networks_parse(cls, networks: list[str]) -> list[str]:
+        for network in networks:
+            ipaddress.ip_network(network)  # ValueError names the bad network
+        return networks
 
     @model_validator(mode="after")
     def _model_configured(self) -> ProjectsSettings:

@@ -40,11 +40,11 @@ from plugins.webhooks.subscriptions import (
     list_subscriptions,
     rotate_secret,
 )
-from plugins.webhooks.urlguard import UnsafeUrlError, UrlPolicy, normalize_host, resolve_and_check
 from runtime import idempotency
 from runtime.context import current_context, require_user
 from runtime.errors import InvalidRequest
 from runtime.http import current_service, json_response
+from runtime.netguard import UnsafeUrlError, UrlPolicy, normalize_host, resolve_and_check
 from runtime.openapi import Success, answers
 from runtime.service import Service
 from runtime.wire import utcnow

@@ -6,8 +6,8 @@ import ipaddress
 
 from pydantic import Field, field_validator, model_validator
 
-from plugins.webhooks.urlguard import UrlPolicy
 from runtime.config import Section
+from runtime.netguard import UrlPolicy
 
 
 class WebhooksSettings(Section):
@@ -62,4 +62,4 @@ class WebhooksSettings(Section):
     def url_policy(self) -> UrlPolicy:
         """The SSRF policy these settings describe."""
         return UrlPolicy.build(allow_http=self.allow_http, allowed_hosts=self.allowed_hosts,
-                               allowed_networks=self.allowed_networks)
+                               allowed_networks=self.allowed_networks, purpose="webhooks")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from plugins.webhooks.metrics import DispatcherMetrics
 from plugins.webhooks.settings import WebhooksSettings
-from plugins.webhooks.urlguard import UrlPolicy
+from runtime.netguard import UrlPolicy
 from runtime.service import Service, StateSlot
 
 

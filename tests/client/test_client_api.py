@@ -46,6 +46,7 @@ async def test_wallet_session_keys_projects_marketplace_and_typed_errors(tmp_pat
 
 def _scenario(running: Running, private_key: str, access_code: str) -> None:
     url = running.base_url
+    public_url = running.service.settings.service.public_url
     with Client(url) as anonymous:
         with pytest.raises(Unauthenticated) as refused:
             anonymous.me()
@@ -71,7 +72,8 @@ def _scenario(running: Running, private_key: str, access_code: str) -> None:
         events = list(flow.project_events(project["slug"]))
         assert [int(str(event.id)) for event in events] == list(range(1, len(events) + 1))
         assert events[-1].event == "done" and events[-1].data == {
-            "runId": run_id, "finalStatus": "completed"}
+            "runId": run_id, "finalStatus": "completed",
+            "previewUrl": f"{public_url}/projects/{project['slug']}/preview/"}
         resumed = list(flow.project_events(project["slug"], last_event_id="3"))
         assert resumed == events[3:]
         assert flow.project(project["slug"])["status"] == "completed"

@@ -105,7 +105,7 @@ class GrantedFeatures:
         return self.flags.get(user_id, {})
 
 
-_OPTIONAL = {"tool_result": {"error"}, "screenshot": {"caption"}}
+_OPTIONAL = {"tool_result": {"error"}, "screenshot": {"caption"}, "done": {"previewUrl"}}
 _REQUIRED: dict[str, dict[str, Any]] = {
     "plan": {"steps": list, "revision": int},
     "tool_call": {"tool": str, "args": object, "callId": str},

@@ -21,7 +21,8 @@ PROJECT_COMPLETED = "project.completed"
 PROJECT_FAILED = "project.failed"
 EVENT_TYPES = [
     EventType(PROJECT_COMPLETED, "A project's agent run completed; data: slug, artifact_url "
-              "(a zip of the workspace as the run left it), run_id, sha."),
+              "(a zip of the workspace as the run left it), preview_url (the work tree, live, "
+              "scripts running in a sandbox), run_id, sha."),
     EventType(PROJECT_FAILED, "A project's agent run failed (an agent or model error, a "
               "crash, a timeout or a stopped service); data: slug, reason, run_id."),
 ]
@@ -38,17 +39,29 @@ class RunEnding:
 
 @dataclass(frozen=True)
 class Ended:
-    """A recorded end: the run, and for a project run its slug and artifact URL."""
+    """A recorded end: the run, and for a project run its slug, artifact and preview URLs."""
 
     run: RunRecord
     project_slug: str | None = None
     artifact_url: str | None = None
+    preview_url: str | None = None
+
+    def done_data(self) -> dict[str, str]:
+        """The data of the run's ``done`` event (``previewUrl`` for a project run)."""
+        data = {"runId": self.run.id, "finalStatus": self.run.status}
+        return data if self.preview_url is None else {**data, "previewUrl": self.preview_url}
 
 
 def artifact_url(public_url: str, slug: str, sha: str | None) -> str:
     """Where the built workspace downloads as a zip (at ``sha`` when given)."""
     url = f"{public_url.rstrip('/')}/projects/{quote(slug)}/artifact"
     return f"{url}?ref={sha}" if sha else url
+
+
+def preview_url(public_url: str, slug: str) -> str:
+    """Where the work tree is seen live (``plugins.projects.preview``); without the private
+    capability token, which only the owner is given, by redirect."""
+    return f"{public_url.rstrip('/')}/projects/{quote(slug)}/preview/"
 
 
 def record_end(service: Service, connection: Connection, run_id: str,
@@ -63,12 +76,13 @@ def record_end(service: Service, connection: Connection, run_id: str,
         return Ended(run)
     set_project_status(connection, project.id, ending.status)
     url = artifact_url(service.settings.service.public_url, project.slug, ending.sha)
+    preview = preview_url(service.settings.service.public_url, project.slug)
     if ending.status == "completed":
         service.emit_event(connection, user_id=project.owner_id, name=PROJECT_COMPLETED,
-                           data={"slug": project.slug, "artifact_url": url, "run_id": run.id,
-                                 "sha": ending.sha})
+                           data={"slug": project.slug, "artifact_url": url,
+                                 "preview_url": preview, "run_id": run.id, "sha": ending.sha})
     elif ending.status == "failed":
         service.emit_event(connection, user_id=project.owner_id, name=PROJECT_FAILED,
                            data={"slug": project.slug, "reason": ending.reason,
                                  "run_id": run.id})
-    return Ended(run, project.slug, url)
+    return Ended(run, project.slug, url, preview)

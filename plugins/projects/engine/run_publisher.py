@@ -91,9 +91,6 @@ class RunPublisher:
             while True:
                 batch = list(self._queued)
                 taken = len(batch)
-                if ending is not None:
-                    batch.append(("done", {"runId": self._run_id,
-                                           "finalStatus": ending.status}))
                 items = [(name, event_log.encode_data(data)) for name, data in batch]
                 try:
                     # A commit under way finishes even if the run is being cancelled, so
@@ -131,6 +128,9 @@ class RunPublisher:
             ended = record_end(self._service, connection, self._run_id, ending)
             if ended is None:
                 raise _AlreadyEnded(self._run_id)
+            # ``done`` follows the run's end in the same transaction: it names what the end
+            # recorded (the preview of a project run).
+            items = [*items, ("done", event_log.encode_data(ended.done_data()))]
         events = event_log.append_events(connection, self._stream, self._run_id, items,
                                         self._keep)
         return events, ended

@@ -16,7 +16,8 @@ from runtime.agents import AgentTemplate
 
 _TOOLS_GUIDE = (
     "Work only through the tools: write_file, read_file, list_files, git_commit, "
-    "take_screenshot and, when allowed, run_command. Commit after each coherent step with "
+    "take_screenshot, fetch_url (one public web page, as text) and, when allowed, "
+    "run_command. Commit after each coherent step with "
     "a short imperative message. Start your first reply with a numbered plan."
 )
 
@@ -45,6 +46,7 @@ def builtin_templates() -> list[AgentTemplate]:
             "research-agent", "Writes a structured research report (report.md).",
             "You write research reports from a one-paragraph brief: report.md with the "
             "question, key terms, questions to investigate, findings with their sources, "
-            f"limitations and next steps. Never invent sources. {_TOOLS_GUIDE}",
+            "limitations and next steps. Read sources with fetch_url and cite their URLs; "
+            f"never invent sources. {_TOOLS_GUIDE}",
             research_plan),
     ]

@@ -51,8 +51,9 @@ async def test_a_full_offline_build(tmp_path: Path, database_url: str) -> None:
                 events = await stream.until("done")
             assert stream.retry == 3000
             assert_well_formed(events)
+            preview = f"{running.service.settings.service.public_url}/projects/{slug}/preview/"
             assert events[0].event == "plan" and events[-1].json() == {
-                "runId": run_id, "finalStatus": "completed"}
+                "runId": run_id, "finalStatus": "completed", "previewUrl": preview}
 
             workspace = workspace_of(running, project["id"])
             commits = [event.json() for event in events if event.event == "commit"]
@@ -73,6 +74,7 @@ async def test_a_full_offline_build(tmp_path: Path, database_url: str) -> None:
             [completed] = [e for e in recorder.events if e.name == PROJECT_COMPLETED]
             assert completed.data["slug"] == slug and completed.data["run_id"] == run_id
             assert completed.data["artifact_url"] == view["artifactUrl"]
+            assert completed.data["preview_url"] == preview
             assert str(completed.user_id) == view["ownerId"]
 
             async with client(running) as anonymous:

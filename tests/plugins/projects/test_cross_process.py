@@ -54,8 +54,9 @@ async def test_a_reader_on_process_b_follows_a_run_on_process_a(
                 assert seen_on_b == seen_on_a
                 assert_well_formed(seen_on_b)
                 assert len(seen_on_b) == 2 + 10 + 2
-                assert seen_on_b[-1].json() == {"runId": started.json()["runId"],
-                                                "finalStatus": "completed"}
+                done = seen_on_b[-1].json()
+                assert done.pop("previewUrl").endswith(f"/projects/{slug}/preview/")
+                assert done == {"runId": started.json()["runId"], "finalStatus": "completed"}
 
                 async with httpx.AsyncClient(base_url=url_b, timeout=30,
                                              cookies=on_a.cookies) as on_b_http:

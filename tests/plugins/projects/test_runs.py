@@ -81,7 +81,7 @@ async def test_a_model_run_with_an_unknown_tool_then_one_that_errors(
         assert request.body["model"] == "fake-model" and request.body["stream"] is True
         offered = {tool["function"]["name"] for tool in request.body["tools"]}
         assert offered == {"write_file", "read_file", "list_files", "git_commit",
-                           "take_screenshot"}
+                           "take_screenshot", "fetch_url"}
 
         failed = await run_to_done(running, http, slug)
         assert names(failed) == ["error", "done"]

@@ -1,14 +1,14 @@
-"""SSRF guard for webhook target URLs.
+"""SSRF guard for URLs that users choose and our servers fetch (webhook targets, ``fetch_url``).
 
-A webhook URL is chosen by a user and fetched by our servers, so it must never reach our own
-network: loopback, private and link-local ranges (the cloud metadata service at
-169.254.169.254 among them), and the names that lead there. Two checks use the same rules:
+Such a URL must never reach our own network: loopback, private and link-local ranges (the
+cloud metadata service at 169.254.169.254 among them), and the names that lead there. Two
+checks use the same rules:
 
-* :func:`check_url` when a subscription is created (syntax, scheme, then DNS);
-* :func:`resolve_and_check` before every delivery, because DNS answers change (rebinding). It
-  returns the vetted addresses; the dispatcher should connect to one of those rather than let
-  the HTTP client resolve the name again, and must not follow redirects (httpx's default),
-  since a redirect would lead to a URL this guard never saw.
+* :func:`check_url` when a URL is stored (a webhook subscription: syntax, scheme, then DNS);
+* :func:`resolve_and_check` before every request, because DNS answers change (rebinding). It
+  returns the vetted addresses; the caller connects to one of those rather than let the HTTP
+  client resolve the name again (``runtime.outbound`` does), and checks every redirect's
+  target again, since a redirect leads to a URL this guard never saw.
 
 Numeric host forms that resolvers read differently from humans (``2130706433``, ``0177.0.0.1``,
 ``127.1``, ``0x7f.0.0.1``) are refused rather than normalized: the only IPv4 literal accepted is
@@ -54,7 +54,7 @@ _NAT64_PREFIX = ipaddress.IPv6Network("64:ff9b::/96")
 
 
 class UnsafeUrlError(ValueError):
-    """A webhook URL was refused. ``reason`` is stable and meant for code:
+    """A URL was refused. ``reason`` is stable and meant for code:
 
     ``invalid_url``, ``scheme_not_allowed``, ``userinfo_not_allowed``, ``ambiguous_ip_literal``,
     ``blocked_hostname``, ``blocked_address`` or ``unresolvable_host``. The message is for
@@ -77,7 +77,7 @@ def normalize_host(host: str) -> str:
 
 @dataclass(frozen=True)
 class UrlPolicy:
-    """What webhook targets the operator permits.
+    """What targets the operator permits, for one use (``purpose`` names it in messages).
 
     ``allow_http`` admits ``http://`` besides ``https://``. ``allowed_hosts`` (names or IP
     literals) and ``allowed_networks`` (CIDR) bypass the address and name checks, for targets
@@ -86,6 +86,7 @@ class UrlPolicy:
     """
 
     allow_http: bool = False
+    purpose: str = "outbound requests"
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
     allowed_networks: tuple[IPNetwork, ...] = ()
 
@@ -96,6 +97,7 @@ class UrlPolicy:
         allow_http: bool = False,
         allowed_hosts: Iterable[str] = (),
         allowed_networks: Iterable[str] = (),
+        purpose: str = "outbound requests",
     ) -> "UrlPolicy":
         """Return a policy from configuration strings.
 
@@ -106,6 +108,7 @@ class UrlPolicy:
             allow_http=allow_http,
             allowed_hosts=frozenset(normalize_host(host) for host in allowed_hosts),
             allowed_networks=tuple(ipaddress.ip_network(net) for net in allowed_networks),
+            purpose=purpose,
         )
 
     def trusts(self, address: IPAddress) -> bool:
@@ -184,7 +187,7 @@ def _check_address(address: IPAddress, target: _Target, policy: UrlPolicy) -> No
     else:
         subject = f"host {target.host!r} resolves to {address}, which"
     raise UnsafeUrlError(
-        "blocked_address", f"{subject} {why}; webhooks must target public addresses"
+        "blocked_address", f"{subject} {why}; {policy.purpose} must target public addresses"
     )
 
 
@@ -257,10 +260,11 @@ def _unresolvable(target: _Target, exc: OSError) -> UnsafeUrlError:
 
 
 def check_url(url: str, policy: UrlPolicy) -> None:
-    """Refuse ``url`` as a webhook target unless it is safe, resolving its host with DNS.
+    """Refuse ``url`` unless it is safe, resolving its host with DNS.
 
-    Meant for subscription creation. It blocks on DNS: from async code run it in a thread
-    (``trio.to_thread.run_sync``) or ``await resolve_and_check`` instead. Raises
+    Meant for when a URL is stored (a webhook subscription). It blocks on DNS: from async
+    code run it in a thread (``trio.to_thread.run_sync``) or ``await resolve_and_check``
+    instead. Raises
     ``UnsafeUrlError``; its ``reason`` says which rule refused the URL.
     """
     target = _vet_syntax(url, policy)
@@ -276,10 +280,10 @@ def check_url(url: str, policy: UrlPolicy) -> None:
 async def resolve_and_check(url: str, policy: UrlPolicy) -> list[IPAddress]:
     """Resolve ``url``'s host now and return its addresses once every one is permitted.
 
-    Call before every delivery attempt: DNS may have changed since the subscription was
-    created. Connect to a returned address (keeping the host name for TLS and ``Host``) so no
-    second lookup can differ. Raises ``UnsafeUrlError``; ``unresolvable_host`` at delivery time
-    is a network failure to retry, the other reasons are permanent.
+    Call before every request: DNS may have changed since the URL was stored. Connect to a
+    returned address (keeping the host name for TLS and ``Host``) so no second lookup can
+    differ. Raises ``UnsafeUrlError``; ``unresolvable_host`` at request time is a network
+    failure to retry, the other reasons are permanent.
     """
     target = _vet_syntax(url, policy)
     if target.literal is not None:
