@@ -55,9 +55,18 @@ async def test_a_url_without_eth_getlogs_leaves_the_logs_to_the_other_url(
         refusing.unsupported = {"eth_getLogs"}
         entries = [chain_entry(deployment.platform, [refusing.url, serving.url],
                                start_block=start, instance=dpnm.instance.address)]
+        # The other URL fails at first, so that the refusing one is asked for logs.
+        serving.http_status = 502
         async with indexing(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
                             entries) as (running, _), client(running) as http:
             service = running.service
+
+            async def refused() -> bool:
+                return refusing.methods["eth_getLogs"] > 0
+
+            await eventually(refused, timeout=30)
+            serving.http_status = None
+            asked = refusing.methods["eth_getLogs"]
             last = await head_number(chain.rpc)
             await mine(chain.rpc, 2)
             await until_final(service, chain.chain_id, last, timeout=40)
@@ -67,8 +76,9 @@ async def test_a_url_without_eth_getlogs_leaves_the_logs_to_the_other_url(
             assert (counters.total_tree_positions, counters.lifetime_fees_usdt) == \
                 (expected.tree_positions, expected.fees_usdt)
             # Asked, then left alone for eth_getLogs; the other URL served every range.
-            assert 1 <= refusing.methods["eth_getLogs"] <= 2
+            assert refusing.methods["eth_getLogs"] == asked
             assert serving.methods["eth_getLogs"] >= 1
+            assert refusing.methods["eth_blockNumber"] > 0  # still used for the rest
             metrics = (await http.get("/metrics")).text
             assert _sample(metrics, "flowsvc_chain_rpc_unsupported", url=redact_url(refusing.url),
                            method="eth_getLogs") == 1
