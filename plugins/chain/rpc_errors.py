@@ -27,6 +27,8 @@ _UNSUPPORTED_CODE = -32601
 _UNSUPPORTED_TEXT = re.compile(
     r"\bmethod\b.*\b(not (found|supported|available|allowed|enabled|whitelisted)"
     r"|does not exist|unsupported|disabled)|\bunsupported method")
+# What a URL refusing batches says of them ("batch requests are not supported").
+_BATCH_REFUSED_TEXT = re.compile(r"\bnot (supported|allowed|enabled)\b|unsupported|disabled")
 _RATE_LIMIT_TEXT = ("rate limit", "too many requests", "limit exceeded", "exceeded the quota")
 _RATE_LIMIT_CODES = frozenset({429, -32005})
 # A path segment this long made of key-like characters is treated as an API key (Alchemy,
@@ -150,7 +152,8 @@ def classify_error(method: str, error: object) -> RpcError:
             return LogRangeTooLarge(text, hint=hint)
     if code == 3 or "revert" in lowered:
         return ExecutionReverted(text, code=code, data=data)
-    if code == _UNSUPPORTED_CODE or _UNSUPPORTED_TEXT.search(lowered):
+    if code == _UNSUPPORTED_CODE or _UNSUPPORTED_TEXT.search(lowered) or (
+            method == "batch" and _BATCH_REFUSED_TEXT.search(lowered)):
         return MethodUnsupported(text, method=method, code=code, data=data)
     if code in _DETERMINISTIC_CODES or any(words in lowered for words in _DETERMINISTIC_TEXT):
         return RpcDeterministicError(text, code=code, data=data)

@@ -30,8 +30,10 @@ from runtime.errors import is_outage
                      "available"}, MethodUnsupported, None),
     ("eth_getLogs", {"code": -32600, "message": "Method eth_getLogs is not available on the "
                      "free tier"}, MethodUnsupported, None),
-    ("batch", {"code": -32600, "message": "Batch requests: unsupported method"},
+    ("batch", {"code": -32600, "message": "Batch requests are not supported on this plan"},
      MethodUnsupported, None),
+    ("eth_call", {"code": -32000, "message": "stack limit not supported"}, RpcTransientError,
+     "rpc_error"),
     # A node without the state asked for says "not available" too, but of no method.
     ("eth_call", {"code": -32000, "message": "missing trie node 0xab (path ) state 0xcd is not "
                   "available"}, RpcTransientError, "rpc_error"),
