@@ -148,8 +148,14 @@ class Supervisor:
                 await self._stop_part(child)
 
     def running(self) -> list[str]:
-        """The names of the running actors and parts, in start order."""
-        return [child.spec.name for child in self._children.values()]
+        """The names of the running actors, those of running parts included, in start order."""
+        names: list[str] = []
+        for child in self._children.values():
+            if isinstance(child, _Child):
+                names.append(child.spec.name)
+            elif child.current is not None:
+                names.extend(child.current.running())
+        return names
 
     def failed_parts(self) -> dict[str, str]:
         """Why each part that is down is (nested parts included), by part name."""

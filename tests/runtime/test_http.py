@@ -227,7 +227,8 @@ async def test_metrics_count_requests_restarts_and_mailboxes(running: Running,
     assert value("flowsvc_http_requests_total", route="/testkit/crash", method="POST",
                  status="503") == 1
     assert value("flowsvc_actor_restarts_total", actor="testkit.flaky") == 1
-    actors = [address.name for address in running.service.registry.addresses()]
+    assert running.service.supervisor is not None
+    actors = running.service.supervisor.running()
     assert {"core.housekeeper", "testkit.flaky"} <= set(actors)
     for actor in actors:
         assert value("flowsvc_actor_mailbox_depth", actor=actor) == 0
