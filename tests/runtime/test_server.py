@@ -17,6 +17,7 @@ from tests.support.server import free_port, settings_env
 from tests.support.testkit_plugin import MODULE as TESTKIT
 
 CRASHING = "tests.support.crashing_plugin"
+CRASHING_CORE = "tests.support.crashing_core_plugin"
 
 
 def _env(tmp_path: Path, redis_url: str = "", plugins: list[str] | None = None,
@@ -94,6 +95,21 @@ async def test_a_plugin_that_keeps_crashing_is_taken_down_and_retried_not_the_se
     assert f"part {CRASHING} is down: actor crashing.actor crashed" in output
     assert f"part {CRASHING} starts again" in output
     assert "supervisor gives up" not in output and "flowsvc stopped cleanly" in output
+
+
+def test_a_core_actor_that_keeps_crashing_stops_the_service_with_exit_code_1(
+        tmp_path: Path) -> None:
+    env = _env(tmp_path, plugins=["auth", CRASHING_CORE],
+               FLOWSVC_SUPERVISOR_MAX_RESTARTS="2",
+               FLOWSVC_SUPERVISOR_BACKOFF_INITIAL_SECONDS="0.01")
+    code, output = run_flowsvc(env, "serve", "--bind", f"127.0.0.1:{free_port()}", timeout=60)
+    assert code == 1, output
+    assert output.count("actor crashing.core_actor crashed") >= 3  # each crash is logged
+    assert "RuntimeError: crashing on purpose" in output
+    reason = "actor crashing.core_actor crashed: more than 2 restarts within 30 s"
+    assert f"supervisor gives up: {reason}" in output
+    assert f"flowsvc stopped: {reason}" in output
+    assert "Traceback" not in output.split("supervisor gives up")[1]  # a clean stop after
 
 
 def _sample(metrics: str, name: str, labels: str) -> float:
