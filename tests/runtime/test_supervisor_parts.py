@@ -194,3 +194,28 @@ async def test_a_boot_failure_on_a_retry_keeps_the_part_down(clock: MockClock) -
         assert len(starts) == 2
         assert supervisor.failed_parts() == {"device": "it failed to start (OSError)"}
         assert _sample(metrics, "flowsvc_part_failures_total", part="device") == 2
+
+
+async def test_the_retry_backoff_starts_over_after_a_long_healthy_run(clock: MockClock) -> None:
+    starts: list[float] = []
+    seventh = trio.Event()
+
+    async def run(mailbox: Mailbox, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        starts.append(trio.current_time())
+        task_status.started()
+        if len(starts) == 7:
+            seventh.set()
+        # Every start crashes at once but the 4th, which runs 300 s (past part_retry_max).
+        await trio.sleep(300 if len(starts) == 4 else 0)
+        raise RuntimeError("crash")
+
+    async with supervising() as (supervisor, _, _metrics):
+        await supervisor.start_part(PartSpec("cyclic", (ActorSpec("cyclic.actor", run),)))
+        with trio.fail_after(1000):
+            await seventh.wait()
+        # Down after start 3, retried 60 s later; start 4 is healthy 300 s, then it and two
+        # restarts crash: down again, and retried 60 s later again, not 120 s.
+        assert starts[3] - starts[2] == pytest.approx(60)
+        assert starts[4] - starts[3] == pytest.approx(300 + 0.1)
+        assert starts[6] - starts[5] == pytest.approx(60)
