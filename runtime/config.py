@@ -138,6 +138,11 @@ class SupervisorSettings(Section):
     within_seconds: float = Field(30.0, gt=0)
     backoff_initial_seconds: float = Field(0.1, ge=0)
     backoff_max_seconds: float = Field(5.0, ge=0)
+    # A part (a plugin, one chain) is taken down past this many restarts within
+    # within_seconds, and started again after part_retry_seconds, doubling to the max.
+    part_max_restarts: int = Field(3, ge=0)
+    part_retry_seconds: float = Field(60.0, gt=0)
+    part_retry_max_seconds: float = Field(900.0, gt=0)
 
 
 class LimitsSettings(Section):

@@ -166,7 +166,8 @@ def _install_probes(app: Quart, service: Service) -> None:
         """Readiness: 200 when every dependency answers, else 503 naming those that do not.
 
         ``checks`` has one entry per dependency (database, Redis or the in-process shared
-        state, each plugin's checks such as chain RPC endpoints) with ``ok`` and an ``error``.
+        state, each plugin's checks such as chain RPC endpoints) with ``ok`` and an ``error``,
+        and one ``part:<name>`` per part of the service that is down (a plugin, one chain).
         """
         checks: dict[str, Any] = {}
         ready = await _probe(checks, "database", service.db)
@@ -180,9 +181,13 @@ def _install_probes(app: Quart, service: Service) -> None:
                     ready = False
                     checks[check.name] = {"ok": False, "error": str(exc)}
         supervisor = service.supervisor
-        if supervisor is not None and supervisor.gave_up.is_set():
-            ready = False
-            checks["supervisor"] = {"ok": False, "error": supervisor.reason}
+        if supervisor is not None:
+            if supervisor.gave_up.is_set():
+                ready = False
+                checks["supervisor"] = {"ok": False, "error": supervisor.reason}
+            for part, reason in supervisor.failed_parts().items():
+                ready = False
+                checks[f"part:{part}"] = {"ok": False, "error": f"down: {reason}"}
         if ready:
             return json_response({"status": "ready", "checks": checks})
         down = ", ".join(name for name, check in checks.items() if not check["ok"])
