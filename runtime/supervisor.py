@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,6 +42,15 @@ from runtime.metrics import Metrics
 log = logging.getLogger("flowsvc.supervisor")
 
 CORE = "core"
+
+
+def current_supervisor() -> Supervisor:
+    """The supervisor running the calling actor: the one to start the children an actor
+    owns under (a plugin's actor gets its part's, so their crashes stay in that part).
+
+    :raises LookupError: called outside an actor.
+    """
+    return _current.get()
 
 
 @dataclass
@@ -237,6 +247,7 @@ class Supervisor:
 
     async def _supervise(self, child: _Child, *, task_status: trio.TaskStatus[None]) -> None:
         spec = child.spec
+        _current.set(self)
         backoff = self._settings.backoff_initial_seconds
         status: _StartStatus | None = _StartStatus(task_status)
         try:
@@ -320,6 +331,8 @@ class Supervisor:
 
 
 _Ending = Literal["returned", "crashed", "outage"]
+# Set in each actor's own task (``_supervise``), so the actor and its tasks see it.
+_current: ContextVar[Supervisor] = ContextVar("flowsvc_supervisor")
 
 
 class _StartStatus:

@@ -19,7 +19,7 @@ from trio.testing import MockClock
 from runtime.actors import ActorSpec, Mailbox, PartSpec, Registry
 from runtime.config import SupervisorSettings
 from runtime.metrics import Metrics
-from runtime.supervisor import Supervisor
+from runtime.supervisor import Supervisor, current_supervisor
 
 SETTINGS = SupervisorSettings(max_restarts=3, within_seconds=10, backoff_initial_seconds=0.1,
                               backoff_max_seconds=0.5, part_max_restarts=2,
@@ -219,3 +219,32 @@ async def test_the_retry_backoff_starts_over_after_a_long_healthy_run(clock: Moc
         assert starts[3] - starts[2] == pytest.approx(60)
         assert starts[4] - starts[3] == pytest.approx(300 + 0.1)
         assert starts[6] - starts[5] == pytest.approx(60)
+
+
+async def test_children_an_actor_starts_under_its_current_supervisor_stay_in_its_part(
+        clock: MockClock) -> None:
+    """An actor that starts actors of its own (the projects hub's broadcasters) starts them
+    under ``current_supervisor()``: its part's, so their crash loop takes that part down and
+    never the service."""
+    starts: list[float] = []
+    seen: list[Supervisor] = []
+
+    def starter() -> ActorSpec:
+        async def run(mailbox: Mailbox, *,
+                      task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+            seen.append(current_supervisor())
+            await current_supervisor().start(crashing("streams.one", starts))
+            task_status.started()
+            await trio.sleep_forever()
+
+        return ActorSpec(name="streams.hub", run=run)
+
+    async with supervising() as (supervisor, registry, _):
+        await supervisor.start_part(PartSpec("streams", (starter(),)))
+        await trio.sleep(5)
+        assert seen[0] is not supervisor and seen[0].name == "streams"
+        assert supervisor.failed_parts() == {
+            "streams": "actor streams.one crashed: more than 2 restarts within 10 s"}
+        assert registry.get("streams.hub") is None and not supervisor.gave_up.is_set()
+    with pytest.raises(LookupError):
+        current_supervisor()
