@@ -150,7 +150,8 @@ async def test_an_id_in_other_digits_is_a_404_not_another_id(http: httpx.AsyncCl
     key = await create_key(http, name="twelve")
     ascii_id = key["id"].removeprefix("k")
     assert (await http.get(f"/me/api-keys/{ascii_id}/usage")).status_code == 200
-    for script in ("٠١٢٣٤٥٦٧٨٩", "０１２３４５６７８９", "०१२३४५६७८९"):  # Arabic-Indic, fullwidth, Devanagari
+    # Arabic-Indic, fullwidth and Devanagari digits: int() reads each as the ASCII one.
+    for script in ("٠١٢٣٤٥٦٧٨٩", "０１２３４５６７８９", "०१२३४५६७८९"):
         other = "".join(script[int(digit)] for digit in ascii_id)
         for method, path in (("GET", f"/me/api-keys/{other}/usage"),
                              ("PATCH", f"/me/api-keys/{other}"),
