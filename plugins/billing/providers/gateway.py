@@ -78,7 +78,8 @@ def _parse_header(header: str) -> tuple[int, list[str]]:
     timestamp, candidates = None, []
     for item in header.split(","):
         key, _, value = item.strip().partition("=")
-        if key == "t" and value.isascii() and value.isdigit():
+        # Unix seconds: hundreds of digits would overflow the float of the age check.
+        if key == "t" and value.isascii() and value.isdigit() and len(value) <= 12:
             timestamp = int(value)
         elif key == "v1":
             candidates.append(value.strip().lower())
