@@ -65,7 +65,7 @@ def authenticate(service: Service, credentials: Credentials, context: RequestCon
     raw = raw_key_of(credentials)
     if raw is None:
         return None
-    if not RAW_KEY.match(raw):
+    if not RAW_KEY.fullmatch(raw):
         raise ApiKeyInvalid("the API key is not a valid sk_live_ key")
     directory = service.state(KEYS).directory
     key_hash = hash_key(raw)
