@@ -1,0 +1,128 @@
+"""The service's one sandbox: commands and a browser under bubblewrap, never a plain shell.
+
+The service makes one :class:`Sandbox` from ``[sandbox]`` and probes it at start-up; tools
+of any plugin reach it through ``ToolContext.sandbox``. When the probe fails, the reason is
+logged once, shown in ``/readyz`` and ``flowsvc doctor``, the tools that need the sandbox
+are not offered, and :meth:`Sandbox.run` refuses: there is no fall-back. What it promises
+and what it does not is docs/agent-runtime.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import trio
+
+from runtime.config import SandboxSettings
+from runtime.errors import PayloadTooLarge, Unavailable
+from runtime.sandbox.browser import CHROMIUM, Picture, take_picture
+from runtime.sandbox.jail import Identity, Limits, identity_for
+from runtime.sandbox.runner import Outcome, hand_over, run_sandboxed
+
+__all__ = ["Limits", "Outcome", "Picture", "Sandbox"]
+
+log = logging.getLogger("flowsvc.sandbox")
+Need = Literal["commands", "browser"]
+_PROBE_WORD = b"sandbox-ok"
+
+
+class Sandbox:
+    """Runs commands and takes screenshots in bubblewrap, as a non-root uid, within limits.
+
+    ``reasons`` holds, per need (``commands``, ``browser``), why it is unavailable; an
+    absent key means available. Before :meth:`probe` nothing is.
+    """
+
+    def __init__(self, settings: SandboxSettings) -> None:
+        self.settings = settings
+        self.limits = Limits.from_settings(settings)
+        self.reasons: dict[Need, str] = {"commands": "not probed yet",
+                                         "browser": "not probed yet"}
+
+    def offers(self, need: Need) -> bool:
+        """Whether tools that need ``need`` may be offered."""
+        return need not in self.reasons
+
+    def health(self) -> dict[str, Any]:
+        """The ``/readyz`` entry: never a readiness failure, since the service serves
+        without it; the tools that need it are simply not offered."""
+        return {"ok": True, **{need: self.reasons.get(need, "available")
+                               for need in ("commands", "browser")}}
+
+    async def probe(self) -> None:
+        """Check that a sandbox can be set up here; log one line saying what is offered."""
+        self.reasons = {}
+        commands = await self._probe_commands()
+        if commands is not None:
+            self.reasons["commands"] = commands
+        browser = commands or (None if Path(CHROMIUM).is_file() else
+                               "chromium not found: install the Debian package chromium")
+        if browser is not None:
+            self.reasons["browser"] = browser
+        if self.reasons:
+            for need, reason in self.reasons.items():
+                log.warning("sandbox: %s not offered: %s", need, reason)
+        else:
+            log.info("sandbox: commands and browser available")
+
+    async def _probe_commands(self) -> str | None:
+        if not self.settings.enabled:
+            return "disabled by [sandbox] enabled = false"
+        for program, package in (("bwrap", "bubblewrap"), ("prlimit", "util-linux")):
+            if shutil.which(program) is None:
+                return f"{program} not found: install the Debian package {package}"
+        scratch = Path(await trio.to_thread.run_sync(tempfile.mkdtemp, "", "flowsvc-probe-"))
+        try:
+            outcome = await self.run(["echo", _PROBE_WORD.decode()], scratch,
+                                     limits=replace(self.limits, wall_seconds=20), probing=True)
+        finally:
+            await trio.to_thread.run_sync(shutil.rmtree, scratch)
+        if outcome.exit_code == 0 and outcome.output.strip() == _PROBE_WORD:
+            return None
+        detail = outcome.output.decode("utf-8", "replace").strip().splitlines()
+        return ("bwrap cannot set up a sandbox here (user namespaces?): "
+                f"{detail[0] if detail else f'exit status {outcome.exit_code}'}")
+
+    async def run(self, argv: Sequence[str], work_tree: Path, *, limits: Limits | None = None,
+                  probing: bool = False) -> Outcome:
+        """Run ``argv`` in a sandbox whose one writable mount is ``work_tree``.
+
+        :param limits: default: the ``[sandbox]`` settings.
+        :raises Unavailable: the probe failed (or has not run).
+        :raises PayloadTooLarge: the work tree is already over its size cap.
+        """
+        if not probing and not self.offers("commands"):
+            raise Unavailable(f"the sandbox is unavailable: {self.reasons['commands']}")
+        limits = limits or self.limits
+        identity = await self._prepare(work_tree, limits)
+        return await run_sandboxed(argv, work_tree, identity, limits)
+
+    async def screenshot(self, work_tree: Path, url: str, *, width: int = 1280,
+                         height: int = 800) -> Picture:
+        """A PNG of ``url`` (a ``file:///workspace/...`` page of the work tree) in a
+        network-less browser sandbox; a page that never settles is shot again with scripts
+        off, all within ``browser_seconds``.
+
+        :raises Unavailable: no browser sandbox here, or no picture within the bound.
+        :raises InvalidRequest: the page could not be loaded.
+        """
+        if not self.offers("browser"):
+            raise Unavailable(f"the browser sandbox is unavailable: {self.reasons['browser']}")
+        limits = replace(self.limits, memory_bytes=None,
+                         wall_seconds=self.settings.browser_seconds)
+        identity = await self._prepare(work_tree, limits)
+        return await take_picture(work_tree, identity, limits, url, width, height)
+
+    async def _prepare(self, work_tree: Path, limits: Limits) -> Identity:
+        identity = identity_for(work_tree, self.settings)
+        size = await trio.to_thread.run_sync(hand_over, work_tree, identity)
+        if size > limits.workspace_bytes:
+            raise PayloadTooLarge(f"the work tree holds {size} bytes, over its cap of "
+                                  f"{limits.workspace_bytes}: delete files before running more")
+        return identity
