@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -23,6 +25,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     problems = check_reachable()
     if problems:
         raise pytest.UsageError("test backends unreachable:\n  " + "\n  ".join(problems))
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_reaches_tmp_path(tmp_path: Path) -> None:
+    """Run as root, the sandbox mounts a work tree as its own uid, which must pass through
+    the folders above it: pytest makes them private (0700)."""
+    if os.geteuid() == 0:
+        for folder in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
+            os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) | 0o011)
 
 
 @pytest.fixture(params=DATABASES)

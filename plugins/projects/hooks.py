@@ -83,6 +83,7 @@ def flowsvc_agent_templates() -> list[AgentTemplate]:
 
 @hookimpl
 def flowsvc_agent_tools(service: Service) -> list[Tool]:
+    from plugins.projects.engine.sandboxed_tools import sandboxed_tools
     from plugins.projects.engine.tools import builtin_tools
 
-    return builtin_tools()
+    return [*builtin_tools(), *sandboxed_tools()]

@@ -22,7 +22,7 @@ import trio
 from runtime.config import SandboxSettings
 from runtime.errors import PayloadTooLarge, Unavailable
 from runtime.sandbox.browser import CHROMIUM, Picture, take_picture
-from runtime.sandbox.jail import Identity, Limits, identity_for
+from runtime.sandbox.jail import Identity, Limits, closed_parent, identity_for
 from runtime.sandbox.runner import Outcome, hand_over, run_sandboxed
 
 __all__ = ["Limits", "Outcome", "Picture", "Sandbox"]
@@ -61,7 +61,7 @@ class Sandbox:
         commands = await self._probe_commands()
         if commands is not None:
             self.reasons["commands"] = commands
-        browser = commands or (None if Path(CHROMIUM).is_file() else
+        browser = commands or (None if await trio.Path(CHROMIUM).is_file() else
                                "chromium not found: install the Debian package chromium")
         if browser is not None:
             self.reasons["browser"] = browser
@@ -121,6 +121,11 @@ class Sandbox:
 
     async def _prepare(self, work_tree: Path, limits: Limits) -> Identity:
         identity = identity_for(work_tree, self.settings)
+        if identity.switch:
+            closed = await trio.to_thread.run_sync(closed_parent, work_tree)
+            if closed is not None:
+                raise Unavailable(f"the sandbox uid cannot reach the work tree: {closed} is "
+                                  "not searchable by others (chmod o+x)")
         size = await trio.to_thread.run_sync(hand_over, work_tree, identity)
         if size > limits.workspace_bytes:
             raise PayloadTooLarge(f"the work tree holds {size} bytes, over its cap of "

@@ -24,6 +24,9 @@ from pathlib import Path
 from runtime.config import SandboxSettings
 
 WORK_TREE = "/workspace"
+# Paths inside the sandbox: its own size-capped tmpfs mounts, not the host's.
+SANDBOX_TMP = "/tmp"  # noqa: S108
+SANDBOX_SHM = "/dev/shm"  # noqa: S108
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Read-only entries outside /usr a build or a browser needs; none of them holds a secret.
 _READ_ONLY = tuple(f"/etc/{name}" for name in (
@@ -54,6 +57,15 @@ def identity_for(work_tree: Path, settings: SandboxSettings) -> Identity:
     slot = zlib.crc32(str(work_tree.resolve()).encode()) % settings.uid_count
     uid = settings.uid_base + slot
     return Identity(uid, uid, switch=True)
+
+
+def closed_parent(work_tree: Path) -> Path | None:
+    """The first folder above ``work_tree`` another uid cannot pass through, if any (bwrap,
+    running as the sandbox uid, must reach the work tree to mount it)."""
+    for parent in reversed(work_tree.resolve().parents):
+        if not os.stat(parent).st_mode & 0o001:
+            return parent
+    return None
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,7 @@ def bwrap_argv(work_tree: Path, limits: Limits, etc_fds: dict[str, int], *,
     for path, fd in sorted(etc_fds.items()):
         argv += ["--ro-bind-data", str(fd), path]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes),
-             "--tmpfs", "/tmp", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm",
+             "--tmpfs", SANDBOX_TMP, "--size", str(limits.tmp_bytes), "--tmpfs", SANDBOX_SHM,
              "--bind" if writable else "--ro-bind", str(work_tree), WORK_TREE,
              "--chdir", WORK_TREE, "--clearenv"]
     for name, value in sandbox_environment().items():
@@ -144,8 +156,8 @@ def bwrap_argv(work_tree: Path, limits: Limits, etc_fds: dict[str, int], *,
 
 def sandbox_environment() -> dict[str, str]:
     """The whole environment of a sandboxed command: nothing of the service's."""
-    return {"PATH": SANDBOX_PATH, "HOME": "/tmp", "USER": "sandbox", "LANG": "C.UTF-8",
-            "TMPDIR": "/tmp"}
+    return {"PATH": SANDBOX_PATH, "HOME": SANDBOX_TMP, "USER": "sandbox", "LANG": "C.UTF-8",
+            "TMPDIR": SANDBOX_TMP}
 
 
 def launcher_environment() -> dict[str, str]:

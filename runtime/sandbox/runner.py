@@ -100,8 +100,8 @@ async def _kill_tree(process: trio.Process) -> None:
 
 async def launch(argv: Sequence[str], work_tree: Path, identity: Identity, limits: Limits, *,
                  writable: bool = True, stdin: int = subprocess.DEVNULL,
-                 stdout: int = subprocess.PIPE, task_status: trio.TaskStatus[trio.Process] = trio.TASK_STATUS_IGNORED,
-                 ) -> None:
+                 stdout: int = subprocess.PIPE,
+                 task_status: trio.TaskStatus[trio.Process] = trio.TASK_STATUS_IGNORED) -> None:
     """Run ``argv`` in a sandbox over ``work_tree`` until it ends; for ``nursery.start``.
 
     Reports the ``trio.Process`` once started (by default its stdout is a pipe of the
@@ -113,13 +113,13 @@ async def launch(argv: Sequence[str], work_tree: Path, identity: Identity, limit
                 *bwrap_argv(work_tree, limits, etc_fds, writable=writable,
                             allow_userns=False),
                 *argv]
-        ids = ({"user": identity.uid, "group": identity.gid, "extra_groups": []}
-               if identity.switch else {})
         await trio.run_process(
             full, env=launcher_environment(), cwd="/", stdin=stdin, stdout=stdout,
             stderr=subprocess.STDOUT if stdout == subprocess.PIPE else subprocess.DEVNULL,
             check=False, pass_fds=tuple(etc_fds.values()), deliver_cancel=_kill_tree,
-            task_status=task_status, **ids)
+            task_status=task_status, user=identity.uid if identity.switch else None,
+            group=identity.gid if identity.switch else None,
+            extra_groups=[] if identity.switch else None)
 
 
 async def run_sandboxed(argv: Sequence[str], work_tree: Path, identity: Identity,
