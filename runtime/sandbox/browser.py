@@ -119,7 +119,8 @@ async def _shoot(tools: _DevTools, url: str, width: int, height: int, scripts: b
 
 async def _attempt(work_tree: Path, identity: Identity, limits: Limits, url: str, width: int,
                    height: int, scripts: bool) -> bytes | None:
-    """One browser in one sandbox; None when it gave no picture within ``wall_seconds``."""
+    """One browser in one sandbox; None when it gave no picture within ``wall_seconds`` or
+    exited before giving one."""
     browser_in, to_browser = os.pipe()
     from_browser, browser_out = os.pipe()
     # The browser's ends are closed here once it has them, so that its exit is seen as
@@ -141,10 +142,10 @@ async def _attempt(work_tree: Path, identity: Identity, limits: Limits, url: str
                 try:
                     picture = await _shoot(_DevTools(sender, receiver), url, width, height,
                                            scripts)
+                except _BrowserGone:
+                    pass  # seen with a page that never yields: no picture from this attempt
                 finally:
                     nursery.cancel_scope.cancel()  # the browser is never left running
-    except _BrowserGone:
-        raise Unavailable("the browser exited before taking the screenshot") from None
     finally:
         for fd in (browser_in, browser_out):
             if fd >= 0:
@@ -158,7 +159,7 @@ async def take_picture(work_tree: Path, identity: Identity, limits: Limits, url:
                        width: int, height: int) -> Picture:
     """Shoot ``url``; half the bound with scripts, the other half without when needed.
 
-    :raises Unavailable: no picture within ``limits.wall_seconds``, or the browser died.
+    :raises Unavailable: no picture within ``limits.wall_seconds`` (or the browser exited).
     :raises InvalidRequest: the page could not be loaded.
     """
     started = time.monotonic()
@@ -168,5 +169,5 @@ async def take_picture(work_tree: Path, identity: Identity, limits: Limits, url:
         if png is not None:
             return Picture(png, scripts, round((time.monotonic() - started) * 1000))
     raise Unavailable(f"no picture of {url} within {limits.wall_seconds:g} seconds, with "
-                      "scripts or without")
+                      "scripts or without (the browser hung or exited)")
 

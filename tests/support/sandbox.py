@@ -36,6 +36,18 @@ async def git(work_tree: Path, *arguments: str) -> str:
     return result.stdout.decode()
 
 
+def processes_running(word: bytes) -> list[int]:
+    """The pids of the host's processes with ``word`` in their command line."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if word in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:  # it ended while we looked
+            continue
+    return found
+
+
 @dataclass(frozen=True)
 class Png:
     """A decoded 8-bit RGB or RGBA PNG."""

@@ -6,8 +6,6 @@ import io
 import zipfile
 from pathlib import Path
 
-import trio
-
 from plugins.projects.engine.ending import PROJECT_COMPLETED
 from runtime.server import Running
 from tests.support.projects import (

@@ -12,8 +12,8 @@ import trio
 
 from plugins.projects.engine.agent_loop import RunOutcome, run_agent
 from plugins.projects.engine.model_backends import OfflineBackend, OpenAIChatBackend
-from plugins.projects.engine.templates import builtin_templates
 from plugins.projects.engine.sandboxed_tools import sandboxed_tools
+from plugins.projects.engine.templates import builtin_templates
 from plugins.projects.engine.tools import builtin_tools
 from runtime.agents import (
     AgentTemplate,
@@ -24,9 +24,9 @@ from runtime.agents import (
     ToolContext,
     ToolResult,
 )
+from tests.support.fake_openai import FakeOpenAI, HttpFailure, StreamedTurn
 from tests.support.sandbox import git as git_output
 from tests.support.sandbox import probed_sandbox
-from tests.support.fake_openai import FakeOpenAI, HttpFailure, StreamedTurn
 
 BRIEF = ("Build a pizza ordering site for Luigi's. Customers pick toppings and pay online. "
          "Orders show up on a kitchen screen.")

@@ -16,7 +16,6 @@ from plugins.projects.engine.workspace import (
     WorkspaceError,
     git_dir_of,
 )
-
 from tests.support.sandbox import git
 
 
