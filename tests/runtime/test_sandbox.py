@@ -104,7 +104,8 @@ async def test_host_unix_sockets_are_out_of_reach(tmp_path: Path, work_tree: Pat
     await own.bind(str(tmp_path / "service.sock"))
     own.listen()
     probe = ("import socket, sys\nfor path in sys.argv[1:]:\n"
-             "    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(path)\n        print('connected', path)\n"
+             "    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(path)\n"
+             "        print('connected', path)\n"
              "    except OSError as exc:\n        print('refused', path, exc.strerror)\n")
     (work_tree / "connect.py").write_text(probe)
     outcome = await run(work_tree, f"python3 connect.py {POSTGRES_SOCKET} {tmp_path}/service.sock")
