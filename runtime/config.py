@@ -151,7 +151,7 @@ class SandboxSettings(Section):
     """The command sandbox (``runtime/sandbox``, docs/agent-runtime.md): who runs it and the
     limits a sandboxed command gets unless its tool asks for less."""
 
-    enabled: bool = True
+    active: bool = True
     uid_base: int = Field(200_000, ge=1000)
     uid_count: int = Field(50_000, ge=1)
     cpu_seconds: int = Field(60, ge=1)

@@ -72,8 +72,8 @@ class Sandbox:
             log.info("sandbox: commands and browser available")
 
     async def _probe_commands(self) -> str | None:
-        if not self.settings.enabled:
-            return "disabled by [sandbox] enabled = false"
+        if not self.settings.active:
+            return "turned off by [sandbox] active = false"
         for program, package in (("bwrap", "bubblewrap"), ("prlimit", "util-linux")):
             if shutil.which(program) is None:
                 return f"{program} not found: install the Debian package {package}"

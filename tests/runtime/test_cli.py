@@ -53,6 +53,19 @@ def test_migrate_creates_the_tables_of_every_enabled_plugin(
     assert _tables(database_url) == tables
 
 
+def test_doctor_says_what_the_sandbox_offers(cli_env: dict[str, str],
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["doctor"]) == 0
+    assert capsys.readouterr().out == ("sandbox commands: available\n"
+                                       "sandbox browser: available\n")
+    monkeypatch.setenv("FLOWSVC_SANDBOX_ACTIVE", "false")
+    assert main(["doctor"]) == 1
+    reason = "turned off by [sandbox] active = false"
+    assert capsys.readouterr().out == (f"sandbox commands: {reason}\n"
+                                       f"sandbox browser: {reason}\n")
+
+
 def test_plugins_lists_hooks_actors_and_routes(cli_env: dict[str, str],
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins"]) == 0

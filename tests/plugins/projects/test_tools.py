@@ -209,10 +209,10 @@ async def test_run_command_timeout_kills_the_whole_command(context: ToolContext)
 
 
 async def test_without_a_sandbox_nothing_runs(tmp_path: Path) -> None:
-    disabled = Sandbox(SandboxSettings(enabled=False))
+    disabled = Sandbox(SandboxSettings(active=False))
     await disabled.probe()
-    assert disabled.reasons == {"commands": "disabled by [sandbox] enabled = false",
-                                "browser": "disabled by [sandbox] enabled = false"}
+    assert disabled.reasons == {"commands": "turned off by [sandbox] active = false",
+                                "browser": "turned off by [sandbox] active = false"}
     for sandbox in (disabled, None):
         context = ToolContext(workspace=tmp_path / "ws", allow_commands=True, sandbox=sandbox)
         await call(context, "write_file", {"path": "index.html", "content": COLOURED_PAGE})
