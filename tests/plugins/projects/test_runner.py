@@ -240,7 +240,7 @@ async def test_a_model_drives_a_run(tmp_path: Path, nursery: trio.Nursery) -> No
     assert charged == ["write_file", "git_commit"]
     [commit] = recorder.of("commit")
     assert commit["files"] == ["index.html"]
-    assert await git(await context_for(tmp_path).workspace, "log", "--format=%H") == [commit["sha"]]
+    assert await git(tmp_path / "ws", "log", "--format=%H") == [commit["sha"]]
 
     second_request = fake.requests[1].body["messages"]
     assert [message["role"] for message in second_request] == [
