@@ -197,7 +197,8 @@ async def test_readyz_is_503_when_a_check_fails(tmp_path: Path) -> None:
     assert ready.json() == {
         "error": {"code": "unavailable", "message": "not ready: redis"},
         "status": "unavailable", "checks": {
-            "database": {"ok": True}, "redis": {"ok": False, "error": "redis is unavailable"}}}
+            "database": {"ok": True}, "redis": {"ok": False, "error": "redis is unavailable"},
+            "sandbox": {"ok": True, "commands": "available", "browser": "available"}}}
     assert alive.status_code == 200  # alive, just not ready
 
 
