@@ -61,9 +61,11 @@ wrk:
 chromium:
 	$(call debian_package,chromium,chromium)
 
-# bwrap is the sandbox of run_command and take_screenshot (docs/agent-runtime.md).
+# bwrap is the sandbox of run_command and take_screenshot, socat its dev-server bridge
+# (docs/agent-runtime.md).
 bubblewrap:
 	$(call debian_package,bwrap,bubblewrap)
+	$(call debian_package,socat,socat)
 
 test: lint typecheck pytest
 

@@ -9,7 +9,9 @@ and what it does not is docs/agent-runtime.md.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -22,10 +24,11 @@ import trio
 from runtime.config import SandboxSettings
 from runtime.errors import PayloadTooLarge, Unavailable
 from runtime.sandbox.browser import CHROMIUM, Picture, take_picture
+from runtime.sandbox.dev_server import DevServer, with_dev_server
 from runtime.sandbox.jail import Identity, Limits, closed_parent, identity_for
 from runtime.sandbox.runner import Outcome, hand_over, run_sandboxed
 
-__all__ = ["Limits", "Outcome", "Picture", "Sandbox"]
+__all__ = ["DevServer", "Limits", "Outcome", "Picture", "Sandbox"]
 
 log = logging.getLogger("flowsvc.sandbox")
 Need = Literal["commands", "browser"]
@@ -104,20 +107,35 @@ class Sandbox:
         return await run_sandboxed(argv, work_tree, identity, limits)
 
     async def screenshot(self, work_tree: Path, url: str, *, width: int = 1280,
-                         height: int = 800) -> Picture:
-        """A PNG of ``url`` (a ``file:///workspace/...`` page of the work tree) in a
-        network-less browser sandbox; a page that never settles is shot again with scripts
-        off, all within ``browser_seconds``.
+                         height: int = 800, server: DevServer | None = None) -> Picture:
+        """A PNG of ``url`` in a network-less browser sandbox: a ``file:///workspace/...``
+        page of the work tree, or with ``server`` an ``http://127.0.0.1:<port>/...`` page of
+        that dev server, started in a command sandbox first and killed after. A page that
+        never settles is shot again with scripts off, all within ``browser_seconds`` (plus
+        up to a third of it for the server to answer).
 
-        :raises Unavailable: no browser sandbox here, or no picture within the bound.
+        :raises Unavailable: no browser sandbox here, the server did not answer, or no
+            picture within the bound.
         :raises InvalidRequest: the page could not be loaded.
         """
         if not self.offers("browser"):
             raise Unavailable(f"the browser sandbox is unavailable: {self.reasons['browser']}")
-        limits = replace(self.limits, memory_bytes=None,
-                         wall_seconds=self.settings.browser_seconds)
+        seconds = self.settings.browser_seconds
+        limits = replace(self.limits, memory_bytes=None, wall_seconds=seconds)
         identity = await self._prepare(work_tree, limits)
-        return await take_picture(work_tree, identity, limits, url, width, height)
+        if server is None:
+            return await take_picture(work_tree, identity, limits, url, width, height)
+        bridge = Path(await trio.to_thread.run_sync(tempfile.mkdtemp, "", "flowsvc-bridge-"))
+        try:
+            if identity.switch:
+                os.chown(bridge, identity.uid, identity.gid)
+            return await with_dev_server(
+                server, work_tree, identity, replace(self.limits, wall_seconds=seconds * 2),
+                bridge, seconds / 3, functools.partial(
+                    take_picture, work_tree, identity, limits, url, width, height, server,
+                    bridge))
+        finally:
+            await trio.to_thread.run_sync(shutil.rmtree, bridge)
 
     async def _prepare(self, work_tree: Path, limits: Limits) -> Identity:
         identity = identity_for(work_tree, self.settings)

@@ -22,7 +22,8 @@ from typing import Any
 
 import trio
 
-from runtime.errors import InvalidRequest, Unavailable
+from runtime.errors import InvalidRequest, ServiceError, Unavailable
+from runtime.sandbox.dev_server import DevServer, browser_forwarding
 from runtime.sandbox.jail import Identity, Limits
 from runtime.sandbox.runner import launch
 
@@ -118,7 +119,8 @@ async def _shoot(tools: _DevTools, url: str, width: int, height: int, scripts: b
 
 
 async def _attempt(work_tree: Path, identity: Identity, limits: Limits, url: str, width: int,
-                   height: int, scripts: bool) -> bytes | None:
+                   height: int, scripts: bool, server: DevServer | None,
+                   bridge: Path | None) -> bytes | None:
     """One browser in one sandbox; None when it gave no picture within ``wall_seconds`` or
     exited before giving one."""
     browser_in, to_browser = os.pipe()
@@ -127,15 +129,17 @@ async def _attempt(work_tree: Path, identity: Identity, limits: Limits, url: str
     # the end of the pipe.
     sender = trio.lowlevel.FdStream(to_browser)
     receiver = trio.lowlevel.FdStream(from_browser)
-    argv = ["sh", "-c", _ON_PIPE, "sh", CHROMIUM,
+    forwarding = browser_forwarding(server.port) if server is not None else ""
+    argv = ["sh", "-c", forwarding + _ON_PIPE, "sh", CHROMIUM,
             *_FLAGS, f"--window-size={width},{height}", "about:blank"]
     picture: bytes | None = None
+    failure: ServiceError | None = None
     try:
         with trio.move_on_after(limits.wall_seconds):
             async with trio.open_nursery() as nursery:
                 await nursery.start(functools.partial(
                     launch, argv, work_tree, identity, limits, writable=False,
-                    stdin=browser_in, stdout=browser_out))
+                    stdin=browser_in, stdout=browser_out, bridge=bridge))
                 os.close(browser_in)
                 os.close(browser_out)
                 browser_in = browser_out = -1
@@ -144,6 +148,8 @@ async def _attempt(work_tree: Path, identity: Identity, limits: Limits, url: str
                                            scripts)
                 except _BrowserGone:
                     pass  # seen with a page that never yields: no picture from this attempt
+                except ServiceError as exc:  # carried out of the nursery as it is
+                    failure = exc
                 finally:
                     nursery.cancel_scope.cancel()  # the browser is never left running
     finally:
@@ -152,12 +158,18 @@ async def _attempt(work_tree: Path, identity: Identity, limits: Limits, url: str
                 os.close(fd)
         await sender.aclose()
         await receiver.aclose()
+    if failure is not None:
+        raise failure
     return picture
 
 
 async def take_picture(work_tree: Path, identity: Identity, limits: Limits, url: str,
-                       width: int, height: int) -> Picture:
+                       width: int, height: int, server: DevServer | None = None,
+                       bridge: Path | None = None) -> Picture:
     """Shoot ``url``; half the bound with scripts, the other half without when needed.
+
+    With ``server`` (running, its socket in ``bridge``), the browser's loopback port of
+    the server is forwarded to it.
 
     :raises Unavailable: no picture within ``limits.wall_seconds`` (or the browser exited).
     :raises InvalidRequest: the page could not be loaded.
@@ -165,7 +177,8 @@ async def take_picture(work_tree: Path, identity: Identity, limits: Limits, url:
     started = time.monotonic()
     half = replace(limits, wall_seconds=limits.wall_seconds / 2)
     for scripts in (True, False):
-        png = await _attempt(work_tree, identity, half, url, width, height, scripts)
+        png = await _attempt(work_tree, identity, half, url, width, height, scripts, server,
+                             bridge)
         if png is not None:
             return Picture(png, scripts, round((time.monotonic() - started) * 1000))
     raise Unavailable(f"no picture of {url} within {limits.wall_seconds:g} seconds, with "

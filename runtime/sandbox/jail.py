@@ -24,6 +24,7 @@ from pathlib import Path
 from runtime.config import SandboxSettings
 
 WORK_TREE = "/workspace"
+BRIDGE = "/run/bridge"
 # Paths inside the sandbox: its own size-capped tmpfs mounts, not the host's.
 SANDBOX_TMP = "/tmp"  # noqa: S108
 SANDBOX_SHM = "/dev/shm"  # noqa: S108
@@ -126,12 +127,15 @@ def prlimit_argv(limits: Limits) -> list[str]:
 
 
 def bwrap_argv(work_tree: Path, limits: Limits, etc_fds: dict[str, int], *,
-               writable: bool = True, allow_userns: bool = False) -> list[str]:
+               writable: bool = True, allow_userns: bool = False,
+               bridge: Path | None = None) -> list[str]:
     """The bwrap options (without the command) for one sandbox.
 
     :param etc_fds: generated /etc files by path, each an inherited readable fd.
     :param writable: False mounts the work tree read-only (the browser only reads it).
     :param allow_userns: keep nested user namespaces allowed (off for commands).
+    :param bridge: a folder mounted at ``BRIDGE``, where a dev server's Unix socket is
+        shared between a command's sandbox and a browser's.
     """
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL"]
@@ -149,6 +153,8 @@ def bwrap_argv(work_tree: Path, limits: Limits, etc_fds: dict[str, int], *,
              "--tmpfs", SANDBOX_TMP, "--size", str(limits.tmp_bytes), "--tmpfs", SANDBOX_SHM,
              "--bind" if writable else "--ro-bind", str(work_tree), WORK_TREE,
              "--chdir", WORK_TREE, "--clearenv"]
+    if bridge is not None:
+        argv += ["--bind", str(bridge), BRIDGE]
     for name, value in sandbox_environment().items():
         argv += ["--setenv", name, value]
     return [*argv, "--"]

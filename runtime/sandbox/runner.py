@@ -100,18 +100,18 @@ async def _kill_tree(process: trio.Process) -> None:
 
 async def launch(argv: Sequence[str], work_tree: Path, identity: Identity, limits: Limits, *,
                  writable: bool = True, stdin: int = subprocess.DEVNULL,
-                 stdout: int = subprocess.PIPE,
+                 stdout: int = subprocess.PIPE, bridge: Path | None = None,
                  task_status: trio.TaskStatus[trio.Process] = trio.TASK_STATUS_IGNORED) -> None:
     """Run ``argv`` in a sandbox over ``work_tree`` until it ends; for ``nursery.start``.
 
     Reports the ``trio.Process`` once started (by default its stdout is a pipe of the
     merged output; ``stdin`` and ``stdout`` may be fds instead); cancelling kills the whole
-    tree with SIGKILL.
+    tree with SIGKILL. ``bridge``: see ``jail.bwrap_argv``.
     """
     with _etc_pipes(identity) as etc_fds:
         full = [*prlimit_argv(limits),
                 *bwrap_argv(work_tree, limits, etc_fds, writable=writable,
-                            allow_userns=False),
+                            allow_userns=False, bridge=bridge),
                 *argv]
         await trio.run_process(
             full, env=launcher_environment(), cwd="/", stdin=stdin, stdout=stdout,

@@ -15,6 +15,7 @@ import trio
 
 from plugins.projects.engine.workspace import Workspace
 from runtime.config import SandboxSettings
+from runtime.errors import InvalidRequest
 from runtime.sandbox import Outcome, Sandbox
 from tests.support.sandbox import probed_sandbox, processes_running
 
@@ -260,3 +261,10 @@ async def _gone(word: bytes) -> bool:
         await trio.sleep(0.05)
     return False
 
+
+
+async def test_a_page_that_cannot_be_loaded_is_refused(work_tree: Path) -> None:
+    sandbox = await probed_sandbox()
+    with pytest.raises(InvalidRequest, match="could not be loaded: net::ERR_CONNECTION_REFUSED"):
+        await sandbox.screenshot(work_tree, "http://127.0.0.1:8793/")
+    assert await _gone(b"--remote-debugging-pipe")

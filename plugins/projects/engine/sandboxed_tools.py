@@ -24,7 +24,7 @@ from plugins.projects.engine.tools import (
 )
 from plugins.projects.engine.workspace import Workspace, WorkspaceError
 from runtime.agents import JsonObject, ScreenshotInfo, Tool, ToolContext, ToolResult
-from runtime.sandbox import Sandbox
+from runtime.sandbox import DevServer, Sandbox
 from runtime.sandbox.jail import WORK_TREE
 
 COMMAND_OUTPUT_LIMIT = 8000
@@ -75,27 +75,47 @@ def _side(args: JsonObject, name: str, default: int) -> int:
     return value
 
 
+def _page(args: JsonObject) -> tuple[str, DevServer | None]:
+    """The URL the browser loads, and the dev server to start first, if any."""
+    command = args.get("command")
+    if command is None:
+        return "", None
+    if not isinstance(command, str) or not command.strip():
+        raise ToolArgumentError("argument 'command' must be a non-empty string")
+    port = args.get("port", 3000)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
+        raise ToolArgumentError("argument 'port' must be an integer from 1024 to 65535")
+    path = _string_argument(args, "path", default="/")
+    if not path.startswith("/") or any(c in path for c in "\r\n\0 "):
+        raise ToolArgumentError("argument 'path' must be a URL path starting with '/'")
+    return f"http://127.0.0.1:{port}{path}", DevServer(command, port)
+
+
 @_reporting_failures
 async def _take_screenshot(context: ToolContext, args: JsonObject) -> ToolResult:
-    page_path = _string_argument(args, "path", default="index.html")
     width, height = _side(args, "width", VIEWPORT[0]), _side(args, "height", VIEWPORT[1])
     workspace = Workspace(context.workspace)
     await workspace.ensure_repository()
-    page = workspace.resolve(page_path)
-    if not await trio.Path(page).is_file():
-        raise WorkspaceError(f"file {page_path!r} does not exist")
-    relative = page.relative_to(context.workspace.resolve()).as_posix()
-    picture = await _sandbox(context).screenshot(
-        context.workspace, f"file://{WORK_TREE}/{quote(relative)}", width=width, height=height)
+    page_url, server = _page(args)
+    page_path = _string_argument(args, "path", default="/" if server else "index.html")
+    if server is None:
+        page = workspace.resolve(page_path)
+        if not await trio.Path(page).is_file():
+            raise WorkspaceError(f"file {page_path!r} does not exist")
+        relative = page.relative_to(context.workspace.resolve()).as_posix()
+        page_url = f"file://{WORK_TREE}/{quote(relative)}"
+    picture = await _sandbox(context).screenshot(context.workspace, page_url, width=width,
+                                                 height=height, server=server)
     existing = [name for name in await workspace.list_files()
                 if name.startswith(f"{SCREENSHOT_DIRECTORY}/")]
-    picture_path = f"{SCREENSHOT_DIRECTORY}/{PurePosixPath(page_path).stem}-{len(existing) + 1}.png"
+    stem = PurePosixPath(page_path).stem or "index"
+    picture_path = f"{SCREENSHOT_DIRECTORY}/{stem}-{len(existing) + 1}.png"
     await workspace.write_file(picture_path, picture.png)
     base = context.public_base_url.rstrip("/")
     url = f"{base}/projects/{context.project_slug}/files/{picture_path}"
     caption = args.get("caption")
     if not isinstance(caption, str) or not caption.strip():
-        caption = f"{page_path} at {width}x{height}"
+        caption = f"{page_url if server else page_path} at {width}x{height}"
     if not picture.scripts:
         caption += " (scripts disabled: the page did not settle with them)"
     return ToolResult(result={"path": picture_path, "url": url, "width": width,

@@ -162,6 +162,28 @@ async def test_a_page_reaches_no_loopback_service_of_the_host(context: ToolConte
     assert reached == 0
 
 
+async def test_screenshot_of_the_build_dev_server(context: ToolContext) -> None:
+    """The dev server runs in its own sandbox and the browser reaches it only through the
+    bridge; both are gone when the call ends."""
+    await call(context, "write_file", {"path": "site/app.html", "content": COLOURED_PAGE})
+    result = await call(context, "take_screenshot", {
+        "command": "cd site && exec python3 -m http.server 8791 --bind 127.0.0.1",
+        "port": 8791, "path": "/app.html", "width": 300, "height": 200})
+    assert result.error is None and result.screenshot is not None, result.error
+    assert result.screenshot.caption == "http://127.0.0.1:8791/app.html at 300x200"
+    png = read_png((context.workspace / "screenshots/app-1.png").read_bytes())
+    assert png.pixel(50, 50) == (255, 0, 0) and png.pixel(200, 150) == (0, 255, 0)
+    assert processes_running(b"8791") == []
+
+
+async def test_a_dev_server_that_never_answers_is_an_error(context: ToolContext) -> None:
+    started = trio.current_time()
+    result = await call(context, "take_screenshot", {"command": "sleep 2990", "port": 8792})
+    assert result.error == "the dev server did not answer on port 8792 within 10 seconds"
+    assert trio.current_time() - started < 30
+    assert processes_running(b"2990") == []
+
+
 async def test_run_command_is_off_by_default(context: ToolContext) -> None:
     result = await call(context, "run_command", {"command": "touch ran"})
     assert result.error == "run_command is disabled for this project"
