@@ -82,6 +82,9 @@ class Workspace:
         if await in_tree.is_dir() and not await in_tree.is_symlink():
             await in_tree.rename(self.git_dir)
             await trio.Path(self.git_dir / "config").write_text(_FRESH_CONFIG)
+            # Other repositories' object stores an unsandboxed command may have linked in.
+            await trio.Path(self.git_dir / "objects" / "info" / "alternates").unlink(
+                missing_ok=True)
             return
         await self._git("init", "--quiet", "--initial-branch=main")
         await self._git("config", "core.bare", "false")
