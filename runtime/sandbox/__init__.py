@@ -60,14 +60,15 @@ class Sandbox:
 
     async def probe(self) -> None:
         """Check that a sandbox can be set up here; log one line saying what is offered."""
-        self.reasons = {}
+        reasons: dict[Need, str] = {}
         commands = await self._probe_commands()
         if commands is not None:
-            self.reasons["commands"] = commands
+            reasons["commands"] = commands
         browser = commands or (None if await trio.Path(CHROMIUM).is_file() else
                                "chromium not found: install the Debian package chromium")
         if browser is not None:
-            self.reasons["browser"] = browser
+            reasons["browser"] = browser
+        self.reasons = reasons
         if self.reasons:
             for need, reason in self.reasons.items():
                 log.warning("sandbox: %s not offered: %s", need, reason)
@@ -84,6 +85,8 @@ class Sandbox:
         try:
             outcome = await self.run(["echo", _PROBE_WORD.decode()], scratch,
                                      limits=replace(self.limits, wall_seconds=20), probing=True)
+        except OSError as exc:
+            return f"the sandbox could not be started: {exc}"
         finally:
             await trio.to_thread.run_sync(shutil.rmtree, scratch)
         if outcome.exit_code == 0 and outcome.output.strip() == _PROBE_WORD:
