@@ -7,7 +7,7 @@ NODE_STAMP := node_modules/.installed
 export FLOWSVC_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 export FLOWSVC_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: serve test lint typecheck pytest bench clean wrk chromium bubblewrap node_modules contracts
+.PHONY: serve test lint typecheck pytest bench clean wrk chromium bubblewrap node_modules contracts lock
 
 # A command the tests need from Debian: installed when missing and we may (root with apt-get),
 # otherwise named in one line (no raw apt error for a user without root).
@@ -22,17 +22,21 @@ define debian_package
   fi; }
 endef
 
-$(STAMP): pyproject.toml examples/flowsvc-hello/pyproject.toml client/pyproject.toml
+# Python dependencies come from requirements.lock (every package pinned with its hashes, wheels
+# only), so a fresh machine runs what CI ran; our own three packages install on top without
+# resolving anything. `make lock` rewrites the lock from the ranges in the pyproject files.
+$(STAMP): requirements.lock pyproject.toml examples/flowsvc-hello/pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]" -e examples/flowsvc-hello -e client
+	$(BIN)/pip install --quiet --require-hashes --only-binary :all: -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e . -e examples/flowsvc-hello -e client
+	$(BIN)/pip check
 	touch $(STAMP)
 
-# anvil and solc, for the chain tests: npm install follows the lock file (npm ci can refuse a
-# lock that lists platform packages the registry does not serve here).
+# anvil and solc, for the chain tests, exactly as package-lock.json lists them (npm ci never
+# rewrites the lock; anvil's binary comes in its platform package, so no install script runs).
 $(NODE_STAMP): package.json package-lock.json
 	$(call debian_package,npm,nodejs npm)
-	npm install --no-audit --no-fund
+	npm ci --no-audit --no-fund --ignore-scripts
 	touch $(NODE_STAMP)
 
 node_modules: $(NODE_STAMP)
@@ -71,6 +75,15 @@ test: lint typecheck pytest
 
 bench: $(STAMP) $(NODE_STAMP) wrk
 	$(BIN)/python -m bench.run_all
+
+# Rewrites requirements.lock from the dependency ranges of pyproject.toml and client/ (the newest
+# versions that fit, with hashes), in a throwaway venv with a pinned pip-tools. Commit the result.
+lock:
+	$(PYTHON) -m venv var/lock-venv
+	var/lock-venv/bin/pip install --quiet pip-tools==7.6.2
+	var/lock-venv/bin/pip-compile --quiet --upgrade --generate-hashes --allow-unsafe --strip-extras \
+	  --all-build-deps --extra dev --no-emit-find-links --no-emit-index-url \
+	  --output-file requirements.lock pyproject.toml client/pyproject.toml
 
 clean:
 	rm -rf $(VENV) node_modules var .mypy_cache .ruff_cache .pytest_cache
