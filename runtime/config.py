@@ -164,6 +164,7 @@ class SandboxSettings(Section):
     workspace_bytes: int = Field(1024**3, ge=1024**2)
     tmp_bytes: int = Field(256 * 1024**2, ge=1024**2)
     browser_seconds: float = Field(30.0, ge=5)
+    registries: list[str] = []
 
 
 class PluginsSettings(Section):

@@ -14,7 +14,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from runtime.errors import PayloadTooLarge, Unavailable
 from runtime.sandbox.browser import CHROMIUM, Picture, take_picture
 from runtime.sandbox.dev_server import DevServer, with_dev_server
 from runtime.sandbox.jail import Identity, Limits, closed_parent, identity_for
+from runtime.sandbox.proxy import PROXY_SOCKET, RegistryProxy
 from runtime.sandbox.runner import Outcome, hand_over, run_sandboxed
 
 __all__ = ["DevServer", "Limits", "Outcome", "Picture", "Sandbox"]
@@ -107,7 +109,25 @@ class Sandbox:
             raise Unavailable(f"the sandbox is unavailable: {self.reasons['commands']}")
         limits = limits or self.limits
         identity = await self._prepare(work_tree, limits)
-        return await run_sandboxed(argv, work_tree, identity, limits)
+        if probing or not self.settings.registries:
+            return await run_sandboxed(argv, work_tree, identity, limits)
+        proxy = RegistryProxy(frozenset(host.lower() for host in self.settings.registries))
+        async with self._bridge(identity) as bridge, trio.open_nursery() as nursery:
+            await nursery.start(proxy.serve, str(bridge / PROXY_SOCKET))
+            outcome = await run_sandboxed(argv, work_tree, identity, limits, bridge)
+            nursery.cancel_scope.cancel()
+        return outcome
+
+    @asynccontextmanager
+    async def _bridge(self, identity: Identity) -> AsyncIterator[Path]:
+        """A folder of the sandbox uid's alone, shared with a sandbox at ``/run/bridge``."""
+        bridge = Path(await trio.to_thread.run_sync(tempfile.mkdtemp, "", "flowsvc-bridge-"))
+        try:
+            if identity.switch:
+                os.chown(bridge, identity.uid, identity.gid)
+            yield bridge
+        finally:
+            await trio.to_thread.run_sync(shutil.rmtree, bridge)
 
     async def screenshot(self, work_tree: Path, url: str, *, width: int = 1280,
                          height: int = 800, server: DevServer | None = None) -> Picture:
@@ -128,17 +148,12 @@ class Sandbox:
         identity = await self._prepare(work_tree, limits)
         if server is None:
             return await take_picture(work_tree, identity, limits, url, width, height)
-        bridge = Path(await trio.to_thread.run_sync(tempfile.mkdtemp, "", "flowsvc-bridge-"))
-        try:
-            if identity.switch:
-                os.chown(bridge, identity.uid, identity.gid)
+        async with self._bridge(identity) as bridge:
             return await with_dev_server(
                 server, work_tree, identity, replace(self.limits, wall_seconds=seconds * 2),
                 bridge, seconds / 3, functools.partial(
                     take_picture, work_tree, identity, limits, url, width, height, server,
                     bridge))
-        finally:
-            await trio.to_thread.run_sync(shutil.rmtree, bridge)
 
     async def _prepare(self, work_tree: Path, limits: Limits) -> Identity:
         identity = identity_for(work_tree, self.settings)

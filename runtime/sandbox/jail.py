@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.config import SandboxSettings
+from runtime.sandbox.proxy import PROXY_PORT, PROXY_SOCKET
 
 WORK_TREE = "/workspace"
 BRIDGE = "/run/bridge"
@@ -72,7 +74,8 @@ def closed_parent(work_tree: Path) -> Path | None:
 @dataclass(frozen=True)
 class Limits:
     """The limits of one sandboxed process tree; ``memory_bytes`` None: no address-space
-    cap (a browser reserves far more address space than it uses)."""
+    cap (a browser reserves far more address space than it uses); ``network`` says what it
+    may reach (``none``, or the registries of the proxy)."""
 
     cpu_seconds: int
     memory_bytes: int | None
@@ -83,6 +86,7 @@ class Limits:
     output_bytes: int
     workspace_bytes: int
     tmp_bytes: int
+    network: str
 
     @classmethod
     def from_settings(cls, settings: SandboxSettings) -> Limits:
@@ -90,7 +94,9 @@ class Limits:
                    file_bytes=settings.file_bytes, processes=settings.processes,
                    open_files=settings.open_files, wall_seconds=settings.wall_seconds,
                    output_bytes=settings.output_bytes, workspace_bytes=settings.workspace_bytes,
-                   tmp_bytes=settings.tmp_bytes)
+                   tmp_bytes=settings.tmp_bytes,
+                   network=("https to " + ", ".join(settings.registries) + " via the proxy"
+                            if settings.registries else "none"))
 
     def described(self) -> dict[str, int | float | str | None]:
         """The limits as a ``tool_result`` shows them (camelCase)."""
@@ -98,7 +104,7 @@ class Limits:
                 "fileBytes": self.file_bytes, "processes": self.processes,
                 "openFiles": self.open_files, "wallSeconds": self.wall_seconds,
                 "outputBytes": self.output_bytes, "workspaceBytes": self.workspace_bytes,
-                "tmpBytes": self.tmp_bytes, "network": "none", "cgroups": CGROUPS_NOTE}
+                "tmpBytes": self.tmp_bytes, "network": self.network, "cgroups": CGROUPS_NOTE}
 
 
 CGROUPS_NOTE = "unavailable: not built yet (rlimits and the wall clock apply)"
@@ -128,14 +134,15 @@ def prlimit_argv(limits: Limits) -> list[str]:
 
 def bwrap_argv(work_tree: Path, limits: Limits, etc_fds: dict[str, int], *,
                writable: bool = True, allow_userns: bool = False,
-               bridge: Path | None = None) -> list[str]:
+               bridge: Path | None = None, proxied: bool = False) -> list[str]:
     """The bwrap options (without the command) for one sandbox.
 
     :param etc_fds: generated /etc files by path, each an inherited readable fd.
     :param writable: False mounts the work tree read-only (the browser only reads it).
     :param allow_userns: keep nested user namespaces allowed (off for commands).
     :param bridge: a folder mounted at ``BRIDGE``, where a dev server's Unix socket is
-        shared between a command's sandbox and a browser's.
+        shared between a command's sandbox and a browser's, or the registry proxy's socket.
+    :param proxied: point ``HTTP(S)_PROXY`` at the registry proxy's forwarded port.
     """
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL"]
@@ -155,15 +162,30 @@ def bwrap_argv(work_tree: Path, limits: Limits, etc_fds: dict[str, int], *,
              "--chdir", WORK_TREE, "--clearenv"]
     if bridge is not None:
         argv += ["--bind", str(bridge), BRIDGE]
-    for name, value in sandbox_environment().items():
+    for name, value in sandbox_environment(proxied).items():
         argv += ["--setenv", name, value]
     return [*argv, "--"]
 
 
-def sandbox_environment() -> dict[str, str]:
+def sandbox_environment(proxied: bool = False) -> dict[str, str]:
     """The whole environment of a sandboxed command: nothing of the service's."""
-    return {"PATH": SANDBOX_PATH, "HOME": SANDBOX_TMP, "USER": "sandbox", "LANG": "C.UTF-8",
-            "TMPDIR": SANDBOX_TMP}
+    environment = {"PATH": SANDBOX_PATH, "HOME": SANDBOX_TMP, "USER": "sandbox",
+                   "LANG": "C.UTF-8", "TMPDIR": SANDBOX_TMP}
+    if proxied:
+        proxy = f"http://127.0.0.1:{PROXY_PORT}"
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            environment[name] = proxy
+    return environment
+
+
+def through_proxy(argv: Sequence[str]) -> list[str]:
+    """``argv`` behind a forwarder of the proxy port to the bridge's proxy socket, started
+    (and answering) before the command runs."""
+    forward = (f"socat TCP-LISTEN:{PROXY_PORT},bind=127.0.0.1,fork,reuseaddr "
+               f"UNIX-CONNECT:{BRIDGE}/{PROXY_SOCKET} & "
+               f"for _ in $(seq 100); do socat -u /dev/null TCP:127.0.0.1:{PROXY_PORT} "
+               '2>/dev/null && break; sleep 0.05; done; exec "$@"')
+    return ["sh", "-c", forward, "sh", *argv]
 
 
 def launcher_environment() -> dict[str, str]:

@@ -29,6 +29,7 @@ from runtime.sandbox.jail import (
     generated_etc,
     launcher_environment,
     prlimit_argv,
+    through_proxy,
 )
 
 
@@ -101,18 +102,19 @@ async def _kill_tree(process: trio.Process) -> None:
 async def launch(argv: Sequence[str], work_tree: Path, identity: Identity, limits: Limits, *,
                  writable: bool = True, stdin: int = subprocess.DEVNULL,
                  stdout: int = subprocess.PIPE, bridge: Path | None = None,
+                 proxied: bool = False,
                  task_status: trio.TaskStatus[trio.Process] = trio.TASK_STATUS_IGNORED) -> None:
     """Run ``argv`` in a sandbox over ``work_tree`` until it ends; for ``nursery.start``.
 
     Reports the ``trio.Process`` once started (by default its stdout is a pipe of the
     merged output; ``stdin`` and ``stdout`` may be fds instead); cancelling kills the whole
-    tree with SIGKILL. ``bridge``: see ``jail.bwrap_argv``.
+    tree with SIGKILL. ``bridge`` and ``proxied``: see ``jail.bwrap_argv``.
     """
     with _etc_pipes(identity) as etc_fds:
         full = [*prlimit_argv(limits),
                 *bwrap_argv(work_tree, limits, etc_fds, writable=writable,
-                            allow_userns=False, bridge=bridge),
-                *argv]
+                            allow_userns=False, bridge=bridge, proxied=proxied),
+                *(through_proxy(argv) if proxied else argv)]
         await trio.run_process(
             full, env=launcher_environment(), cwd="/", stdin=stdin, stdout=stdout,
             stderr=subprocess.STDOUT if stdout == subprocess.PIPE else subprocess.DEVNULL,
@@ -123,12 +125,12 @@ async def launch(argv: Sequence[str], work_tree: Path, identity: Identity, limit
 
 
 async def run_sandboxed(argv: Sequence[str], work_tree: Path, identity: Identity,
-                        limits: Limits) -> Outcome:
+                        limits: Limits, bridge: Path | None = None) -> Outcome:
     """Run ``argv`` to its end inside the limits and return what it did.
 
     The output (stdout and stderr merged) is read up to ``limits.output_bytes``; past that
     the command is killed (``truncated``). Past ``limits.wall_seconds`` it is killed
-    (``timed_out``).
+    (``timed_out``). With ``bridge``, the registry proxy's socket in it is forwarded.
     """
     started = time.monotonic()
     kept = bytearray()
@@ -137,7 +139,8 @@ async def run_sandboxed(argv: Sequence[str], work_tree: Path, identity: Identity
     with trio.move_on_after(limits.wall_seconds) as wall:
         async with trio.open_nursery() as nursery:
             process: trio.Process = await nursery.start(functools.partial(
-                launch, argv, work_tree, identity, limits))
+                launch, argv, work_tree, identity, limits, bridge=bridge,
+                proxied=bridge is not None))
             assert process.stdout is not None  # stdout=PIPE in launch
             async for chunk in process.stdout:
                 room = limits.output_bytes - len(kept)
