@@ -58,7 +58,8 @@ class Sandbox:
         """The ``/readyz`` entry: never a readiness failure, since the service serves
         without it; the tools that need it are simply not offered."""
         return {"ok": True, **{need: self.reasons.get(need, "available")
-                               for need in ("commands", "browser")}}
+                               for need in ("commands", "browser")},
+                "cgroups": self.limits.cgroups}
 
     async def probe(self) -> None:
         """Check that a sandbox can be set up here; log one line saying what is offered."""

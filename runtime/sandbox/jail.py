@@ -75,7 +75,8 @@ def closed_parent(work_tree: Path) -> Path | None:
 class Limits:
     """The limits of one sandboxed process tree; ``memory_bytes`` None: no address-space
     cap (a browser reserves far more address space than it uses); ``network`` says what it
-    may reach (``none``, or the registries of the proxy)."""
+    may reach (``none``, or the registries of the proxy), ``cgroups`` whether cgroups
+    limit it."""
 
     cpu_seconds: int
     memory_bytes: int | None
@@ -87,6 +88,7 @@ class Limits:
     workspace_bytes: int
     tmp_bytes: int
     network: str
+    cgroups: str
 
     @classmethod
     def from_settings(cls, settings: SandboxSettings) -> Limits:
@@ -96,7 +98,8 @@ class Limits:
                    output_bytes=settings.output_bytes, workspace_bytes=settings.workspace_bytes,
                    tmp_bytes=settings.tmp_bytes,
                    network=("https to " + ", ".join(settings.registries) + " via the proxy"
-                            if settings.registries else "none"))
+                            if settings.registries else "none"),
+                   cgroups=cgroups_state())
 
     def described(self) -> dict[str, int | float | str | None]:
         """The limits as a ``tool_result`` shows them (camelCase)."""
@@ -104,10 +107,15 @@ class Limits:
                 "fileBytes": self.file_bytes, "processes": self.processes,
                 "openFiles": self.open_files, "wallSeconds": self.wall_seconds,
                 "outputBytes": self.output_bytes, "workspaceBytes": self.workspace_bytes,
-                "tmpBytes": self.tmp_bytes, "network": self.network, "cgroups": CGROUPS_NOTE}
+                "tmpBytes": self.tmp_bytes, "network": self.network, "cgroups": self.cgroups}
 
 
-CGROUPS_NOTE = "unavailable: not built yet (rlimits and the wall clock apply)"
+def cgroups_state() -> str:
+    """What cgroups do for the sandbox here: nothing yet; the reason names the host."""
+    fallback = "(rlimits and the wall clock apply)"
+    if not Path("/sys/fs/cgroup/cgroup.controllers").is_file():
+        return f"unavailable: this host has no cgroup v2 hierarchy {fallback}"
+    return f"unavailable: cgroup v2 is present but not used yet {fallback}"
 
 
 def generated_etc(identity: Identity) -> dict[str, bytes]:

@@ -17,6 +17,7 @@ from plugins.projects.engine.workspace import Workspace
 from runtime.config import SandboxSettings
 from runtime.errors import InvalidRequest
 from runtime.sandbox import Outcome, Sandbox
+from runtime.sandbox.jail import cgroups_state
 from tests.support.sandbox import probed_sandbox, processes_running
 
 POSTGRES_SOCKET = Path("/var/run/postgresql/.s.PGSQL.5432")
@@ -238,7 +239,8 @@ async def test_without_bwrap_nothing_runs(work_tree: Path, tmp_path: Path,
     assert sandbox.reasons["commands"] == ("bwrap not found: install the Debian package "
                                            "bubblewrap")
     assert sandbox.health() == {"ok": True, "commands": sandbox.reasons["commands"],
-                                "browser": sandbox.reasons["commands"]}
+                                "browser": sandbox.reasons["commands"],
+                                "cgroups": cgroups_state()}
     with pytest.raises(Exception, match="the sandbox is unavailable: bwrap not found"):
         await sandbox.run(["touch", "ran"], work_tree)
     assert not (work_tree / "ran").exists()

@@ -16,6 +16,7 @@ from plugins.projects.engine.submit import RunRequest, start_run
 from plugins.projects.engine.templates import builtin_templates
 from plugins.projects.live.hub import subscribe
 from plugins.projects.state import PROJECTS_STATE
+from runtime.sandbox.jail import cgroups_state
 from runtime.server import Running
 from tests.support.fake_openai import FakeOpenAI, HttpFailure, Stall, StreamedTurn
 from tests.support.projects import (
@@ -240,4 +241,4 @@ async def test_without_a_sandbox_no_tool_that_needs_it_is_offered(tmp_path: Path
     assert ready.status_code == 200  # the service serves; it offers fewer tools
     reason = "turned off by [sandbox] active = false"
     assert ready.json()["checks"]["sandbox"] == {"ok": True, "commands": reason,
-                                                 "browser": reason}
+                                                 "browser": reason, "cgroups": cgroups_state()}
