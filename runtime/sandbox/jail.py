@@ -142,7 +142,8 @@ def prlimit_argv(limits: Limits) -> list[str]:
 
 def bwrap_argv(work_tree: Path, limits: Limits, etc_fds: dict[str, int], *,
                writable: bool = True, allow_userns: bool = False,
-               bridge: Path | None = None, proxied: bool = False) -> list[str]:
+               bridge: Path | None = None, proxied: bool = False,
+               info_fd: int | None = None) -> list[str]:
     """The bwrap options (without the command) for one sandbox.
 
     :param etc_fds: generated /etc files by path, each an inherited readable fd.
@@ -151,11 +152,14 @@ def bwrap_argv(work_tree: Path, limits: Limits, etc_fds: dict[str, int], *,
     :param bridge: a folder mounted at ``BRIDGE``, where a dev server's Unix socket is
         shared between a command's sandbox and a browser's, or the registry proxy's socket.
     :param proxied: point ``HTTP(S)_PROXY`` at the registry proxy's forwarded port.
+    :param info_fd: an inherited fd where bwrap writes the host pid of the sandbox's pid 1.
     """
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL"]
     if not allow_userns:
         argv.append("--disable-userns")
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     argv += ["--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
              "--symlink", "usr/sbin", "/sbin", "--symlink", "usr/lib", "/lib"]
     if Path("/usr/lib64").is_dir():

@@ -10,6 +10,7 @@ with its parent, so one SIGKILL to the launched process ends the whole tree, dae
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import stat
@@ -31,6 +32,9 @@ from runtime.sandbox.jail import (
     prlimit_argv,
     through_proxy,
 )
+
+# A namespace whose pid 1 is killed is gone within milliseconds; this bounds a stuck one.
+_TEARDOWN_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -110,18 +114,58 @@ async def launch(argv: Sequence[str], work_tree: Path, identity: Identity, limit
     merged output; ``stdin`` and ``stdout`` may be fds instead); cancelling kills the whole
     tree with SIGKILL. ``bridge`` and ``proxied``: see ``jail.bwrap_argv``.
     """
-    with _etc_pipes(identity) as etc_fds:
-        full = [*prlimit_argv(limits),
-                *bwrap_argv(work_tree, limits, etc_fds, writable=writable,
-                            allow_userns=False, bridge=bridge, proxied=proxied),
-                *(through_proxy(argv) if proxied else argv)]
-        await trio.run_process(
-            full, env=launcher_environment(), cwd="/", stdin=stdin, stdout=stdout,
-            stderr=subprocess.STDOUT if stdout == subprocess.PIPE else subprocess.DEVNULL,
-            check=False, pass_fds=tuple(etc_fds.values()), deliver_cancel=_kill_tree,
-            task_status=task_status, user=identity.uid if identity.switch else None,
-            group=identity.gid if identity.switch else None,
-            extra_groups=[] if identity.switch else None)
+    info_read, info_write = os.pipe()
+    try:
+        with _etc_pipes(identity) as etc_fds:
+            full = [*prlimit_argv(limits),
+                    *bwrap_argv(work_tree, limits, etc_fds, writable=writable,
+                                allow_userns=False, bridge=bridge, proxied=proxied,
+                                info_fd=info_write),
+                    *(through_proxy(argv) if proxied else argv)]
+            await trio.run_process(
+                full, env=launcher_environment(), cwd="/", stdin=stdin, stdout=stdout,
+                stderr=subprocess.STDOUT if stdout == subprocess.PIPE else subprocess.DEVNULL,
+                check=False, pass_fds=(*etc_fds.values(), info_write),
+                deliver_cancel=_kill_tree, task_status=task_status,
+                user=identity.uid if identity.switch else None,
+                group=identity.gid if identity.switch else None,
+                extra_groups=[] if identity.switch else None)
+    finally:
+        os.close(info_write)
+        with trio.CancelScope(shield=True):
+            await _torn_down(info_read)
+        os.close(info_read)
+
+
+async def _torn_down(info_fd: int) -> None:
+    """Wait until the sandbox's pid namespace is gone.
+
+    Killing bwrap returns at once, while its pid 1 inside (killed by ``--die-with-parent``)
+    is still taking the namespace down; once that pid has exited, every process of the
+    namespace has. bwrap wrote that pid to the info pipe when it started (nothing there:
+    it never started a namespace).
+    """
+    os.set_blocking(info_fd, False)
+    try:
+        info = json.loads(os.read(info_fd, 4096) or b"{}")
+    except (BlockingIOError, json.JSONDecodeError):
+        return
+    pid = int(info.get("child-pid", 0))
+    with trio.move_on_after(_TEARDOWN_SECONDS):
+        # Polled: the kernel gives no event for another process's exit.
+        while True:
+            if not _running(pid):
+                break
+            await trio.sleep(0.005)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not exited (/proc is in memory: reading never waits)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def run_sandboxed(argv: Sequence[str], work_tree: Path, identity: Identity,

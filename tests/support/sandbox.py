@@ -6,6 +6,7 @@ host refuses user namespaces: ``make test`` installs both Debian packages.
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import trio
 from plugins.projects.engine.workspace import git_dir_of
 from runtime.config import SandboxSettings
 from runtime.sandbox import Sandbox
+from runtime.sandbox.jail import identity_for
 
 
 async def probed_sandbox(**settings: object) -> Sandbox:
@@ -37,14 +39,32 @@ async def git(work_tree: Path, *arguments: str) -> str:
 
 
 def processes_running(word: bytes) -> list[int]:
-    """The pids of the host's processes with ``word`` in their command line."""
+    """The pids of the host's live processes with ``word`` in their command line."""
+    return [pid for pid, cmdline, _ in _processes() if word in cmdline]
+
+
+def left_running(work_tree: Path, word: bytes) -> list[int]:
+    """The host's live processes a sandbox over ``work_tree`` left behind: as root, any of
+    its sandbox uid (no other test shares it); otherwise any with ``word`` in its command
+    line."""
+    if os.geteuid() != 0:
+        return processes_running(word)
+    uid = identity_for(work_tree, SandboxSettings()).uid
+    return [pid for pid, _, owner in _processes() if owner == uid]
+
+
+def _processes() -> list[tuple[int, bytes, int]]:
+    """(pid, command line, real uid) of every live (not zombie) process of the host."""
     found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for folder in Path("/proc").glob("[0-9]*"):
         try:
-            if word in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
+            cmdline = (folder / "cmdline").read_bytes()
+            status = (folder / "status").read_text()
         except OSError:  # it ended while we looked
             continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields["State"].split()[0] != "Z":
+            found.append((int(folder.name), cmdline, int(fields["Uid"].split()[0])))
     return found
 
 

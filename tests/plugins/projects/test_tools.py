@@ -17,7 +17,7 @@ from plugins.projects.engine.tools import builtin_tools
 from runtime.agents import Tool, ToolContext, ToolResult
 from runtime.config import SandboxSettings
 from runtime.sandbox import Sandbox
-from tests.support.sandbox import git, probed_sandbox, processes_running, read_png
+from tests.support.sandbox import git, left_running, probed_sandbox, read_png
 
 TOOLS = {tool.name: tool for tool in [*builtin_tools(), *sandboxed_tools()]}
 
@@ -173,7 +173,7 @@ async def test_screenshot_of_the_build_dev_server(context: ToolContext) -> None:
     assert result.screenshot.caption == "http://127.0.0.1:8791/app.html at 300x200"
     png = read_png((context.workspace / "screenshots/app-1.png").read_bytes())
     assert png.pixel(50, 50) == (255, 0, 0) and png.pixel(200, 150) == (0, 255, 0)
-    assert processes_running(b"8791") == []
+    assert left_running(context.workspace, b"8791") == []
 
 
 async def test_a_dev_server_that_never_answers_is_an_error(context: ToolContext) -> None:
@@ -181,7 +181,7 @@ async def test_a_dev_server_that_never_answers_is_an_error(context: ToolContext)
     result = await call(context, "take_screenshot", {"command": "sleep 2990", "port": 8792})
     assert result.error == "the dev server did not answer on port 8792 within 10 seconds"
     assert trio.current_time() - started < 30
-    assert processes_running(b"2990") == []
+    assert left_running(context.workspace, b"2990") == []
 
 
 async def test_run_command_is_off_by_default(context: ToolContext) -> None:
@@ -227,7 +227,7 @@ async def test_run_command_timeout_kills_the_whole_command(context: ToolContext)
     assert result.result["exitCode"] is None and result.result["timedOut"] is True
     assert result.result["output"] == "started\n"
     assert elapsed < 10
-    assert processes_running(b"2999") == []
+    assert left_running(context.workspace, b"2999") == []
 
 
 async def test_without_a_sandbox_nothing_runs(tmp_path: Path) -> None:
