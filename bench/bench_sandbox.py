@@ -27,16 +27,22 @@ PAGE = ("<html><body style='margin:0;background:#204080'><h1 style='color:white'
 OVERHEAD_GOAL_MS = 50.0
 
 
+def _work_tree(folder: Path) -> Path:
+    """A work tree with the page, under a folder the sandbox uid can pass through."""
+    folder.chmod(0o711)
+    work_tree = folder / "ws"
+    work_tree.mkdir()
+    (work_tree / "index.html").write_text(PAGE)
+    return work_tree
+
+
 async def measure(commands: int, shots: int) -> dict[str, object]:
     sandbox = Sandbox(SandboxSettings())
     await sandbox.probe()
     if sandbox.reasons:
         raise SystemExit(f"the sandbox is unavailable here: {sandbox.reasons}")
     with tempfile.TemporaryDirectory(prefix="flowsvc-bench-") as folder:
-        work_tree = Path(folder) / "ws"
-        work_tree.mkdir()
-        Path(folder).chmod(0o711)
-        (work_tree / "index.html").write_text(PAGE)
+        work_tree = _work_tree(Path(folder))
         bare, boxed = [], []
         for _ in range(commands):
             started = time.perf_counter()
