@@ -64,6 +64,10 @@ async def test_file_tools_round_trip(context: ToolContext) -> None:
     ("read_file", {"path": "nothing.txt"}, "does not exist"),
     ("git_commit", {}, "'message' is required"),
     ("take_screenshot", {"path": 7}, "must be a string"),
+    ("take_screenshot", {"width": 10}, "from 200 to 4000"),
+    ("take_screenshot", {"command": "npm run dev", "port": 80}, "from 1024 to 65535"),
+    ("take_screenshot", {"command": "npm run dev", "path": "x y"}, "URL path"),
+    ("take_screenshot", {"command": ""}, "non-empty string"),
     ("run_command", {"command": "true"}, "disabled"),
 ])
 async def test_bad_calls_return_errors(
