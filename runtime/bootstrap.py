@@ -64,6 +64,7 @@ async def open_service(settings: Settings, *, migrate: bool | None = None,
         async with open_shared_state(settings.redis.url, settings.redis.prefix) as shared:
             service = Service(settings, pm, db, shared, environ)
             check_variables(service, os.environ if environ is None else environ)
+            await service.sandbox.probe()
             if settings.database.migrate_on_start if migrate is None else migrate:
                 await upgrade(service)
             yield service

@@ -152,6 +152,26 @@ class LimitsSettings(Section):
     idempotency_hours: float = Field(24.0, gt=0)
 
 
+class SandboxSettings(Section):
+    """The command sandbox (``runtime/sandbox``, docs/agent-runtime.md): who runs it and the
+    limits a sandboxed command gets unless its tool asks for less."""
+
+    active: bool = True
+    uid_base: int = Field(200_000, ge=1000)
+    uid_count: int = Field(50_000, ge=1)
+    cpu_seconds: int = Field(60, ge=1)
+    memory_bytes: int = Field(2 * 1024**3, ge=64 * 1024**2)
+    file_bytes: int = Field(256 * 1024**2, ge=1024)
+    processes: int = Field(256, ge=8)
+    open_files: int = Field(1024, ge=16)
+    wall_seconds: float = Field(120.0, gt=0)
+    output_bytes: int = Field(1024**2, ge=1024)
+    workspace_bytes: int = Field(1024**3, ge=1024**2)
+    tmp_bytes: int = Field(256 * 1024**2, ge=1024**2)
+    browser_seconds: float = Field(30.0, ge=5)
+    registries: list[str] = []
+
+
 class PluginsSettings(Section):
     model_config = ConfigDict(extra="allow", frozen=True)
     enabled: list[str] = list(BUILTIN_PLUGINS)
@@ -167,6 +187,7 @@ class Settings(Section):
     internal: InternalSettings = InternalSettings()
     supervisor: SupervisorSettings = SupervisorSettings()
     limits: LimitsSettings = LimitsSettings()
+    sandbox: SandboxSettings = SandboxSettings()
     pricing: dict[str, Decimal] = {}
     plugins: PluginsSettings = PluginsSettings()
 

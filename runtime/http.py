@@ -173,6 +173,7 @@ def _install_probes(app: Quart, service: Service) -> None:
         ready = await _probe(checks, "database", service.db)
         ready = await _probe(checks, "redis" if service.shared.kind == "redis" else "shared",
                              service.shared) and ready
+        checks["sandbox"] = service.sandbox.health()
         for plugin_checks in service.pm.hook.flowsvc_readiness_checks(service=service):
             for check in plugin_checks or []:
                 try:

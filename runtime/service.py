@@ -26,6 +26,7 @@ from runtime.contracts import Contract, Provision
 from runtime.errors import Unavailable
 from runtime.events import EventType, OutboundEvent
 from runtime.metrics import Metrics
+from runtime.sandbox import Sandbox
 from runtime.shared import SharedState
 from runtime.storage import Database
 from runtime.supervisor import CORE, Supervisor
@@ -84,6 +85,7 @@ class Service:
         self.shared = shared
         self.registry = Registry()
         self.metrics = Metrics()
+        self.sandbox = Sandbox(settings.sandbox)  # probed by open_service
         self.supervisor: Supervisor | None = None
         self._states: dict[StateSlot[Any], Any] = {}
         self._plugin_settings = self._validate_plugin_settings(
