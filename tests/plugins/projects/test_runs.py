@@ -235,7 +235,7 @@ async def test_without_a_sandbox_no_tool_that_needs_it_is_offered(tmp_path: Path
                               extra_env={"FLOWSVC_SANDBOX_ACTIVE": "false"}) as running:
         settings = running.service.state(PROJECTS_STATE).settings
         assert set(offered_tools(running.service, settings)) == {
-            "write_file", "read_file", "list_files", "git_commit"}
+            "write_file", "read_file", "list_files", "git_commit", "fetch_url"}
         async with client(running) as http:
             ready = await http.get("/readyz")
     assert ready.status_code == 200  # the service serves; it offers fewer tools
