@@ -7,6 +7,8 @@ plugin's runner, run queue and event stream). Views are module-level functions o
 
 from __future__ import annotations
 
+import secrets
+
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_request
 from sqlalchemy import Connection
@@ -76,9 +78,14 @@ async def subscribe(slug: str) -> Response:
         resumed = await service.db.write(set_renewal, agent.id, user_id, True, utcnow())
         return json_response({"subscription": resumed.public()})
     key_id = billing_key(principal, "a subscription")
-    await charge_key(service, key_id, agent.monetization.price_micro, agent.slug)
-    started = await service.db.write(start_period, agent, user_id, key_id, utcnow())
-    return json_response({"subscription": started.public()}, 201)
+    started: list[Subscription] = []
+
+    def record(connection: Connection) -> None:
+        started.append(start_period(connection, agent, user_id, key_id, utcnow()))
+
+    await charge_key(service, key_id, agent.monetization.price_micro, agent.slug,
+                     token=f"subscribe:{secrets.token_hex(16)}", record=record)
+    return json_response({"subscription": started[0].public()}, 201)
 
 
 @blueprint.post("/agents/<slug>/subscription/cancel")

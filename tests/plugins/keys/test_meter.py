@@ -12,7 +12,7 @@ import redis
 import trio
 
 from plugins.keys.errors import ApiKeyInvalid, ApiKeyRevoked
-from plugins.keys.meter import METER_ACTOR, Charge, Charged
+from runtime.contracts.meter import METER_ACTOR, Charge, Charged
 from runtime.errors import SpendCapReached
 from runtime.server import Running
 from tests.support.backends import REDIS_URL

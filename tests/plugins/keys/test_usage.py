@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import trio
 
-from plugins.keys.meter import METER_ACTOR, Charge
+from runtime.contracts.meter import METER_ACTOR, Charge
 from runtime.server import Running
 from tests.support.keys import create_key, keys_env, wait_for_calls
 from tests.support.server import client, make_settings, running_server
