@@ -160,6 +160,9 @@ async def charge(state: KeysState, message: Charge) -> Charged:
                                   what=f"voiding charge {row.token}", log=log)
         raise
     if settled != "applied":
+        # Voided meanwhile by a reconciler, whose VOID reached a shared meter but not this
+        # process's own (embedded): take the spend back here too (a no-op if it is gone).
+        await state.meter.meter(item_for(record, VOID, row.amount, 0, unix, row.token), unix)
         raise _voided(message.token)
     return Charged(key_id=record.id, micro_flow=row.amount, period_used=result.used,
                    period_limit=record.spend_limit,
