@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import os
 import subprocess
 import sys
@@ -105,7 +106,7 @@ class GrantedFeatures:
         return self.flags.get(user_id, {})
 
 
-_OPTIONAL = {"tool_result": {"error"}, "screenshot": {"caption"}}
+_OPTIONAL = {"tool_result": {"error", "priceFlow"}, "screenshot": {"caption"}}
 _REQUIRED: dict[str, dict[str, Any]] = {
     "plan": {"steps": list, "revision": int},
     "tool_call": {"tool": str, "args": object, "callId": str},
@@ -134,6 +135,8 @@ def assert_well_formed(events: list[SseEvent], first_id: int = 1) -> None:
             assert len(data["sha"]) == 40 and all(isinstance(f, str) for f in data["files"])
         if event.event == "tool_result" and "error" in data:
             assert isinstance(data["error"], str)
+        if event.event == "tool_result" and "priceFlow" in data:  # a billed call's price
+            assert re.fullmatch(r"\d+\.\d{6}", data["priceFlow"]), data
         if event.event == "done":
             assert data["finalStatus"] in ("completed", "failed", "cancelled")
 
