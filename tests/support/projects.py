@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import re
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
