@@ -32,8 +32,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import trio
-from sqlalchemy import Connection, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from plugins.keys.errors import ApiKeyInvalid, ApiKeyRevoked
 from plugins.keys.metering import CHARGE, VOID, item_for
@@ -73,18 +74,16 @@ def _row(connection: Connection, token: str) -> LedgerRow | None:
 
 
 def open_charge(connection: Connection, message: Charge, now: datetime) -> LedgerRow:
-    """Step 1: the token's row, made ``pending`` when it is new."""
-    existing = _row(connection, message.token)
-    if existing is not None:
-        return existing
-    try:
-        with connection.begin_nested():
-            connection.execute(insert(key_charges).values(
-                token=message.token, key_id=message.key_id, amount=message.micro_flow,
-                model=message.model[:64], state="pending", created_at=now))
-    except IntegrityError:  # a concurrent retry opened it first
-        pass
-    row = _row(connection, message.token)
+    """Step 1: the token's row, made ``pending`` when it is new (one statement then)."""
+    values = {"token": message.token, "key_id": message.key_id, "amount": message.micro_flow,
+              "model": message.model[:64], "state": "pending", "created_at": now}
+    dialect_insert = postgresql_insert if connection.dialect.name == "postgresql" \
+        else sqlite_insert
+    inserted = connection.execute(dialect_insert(key_charges).values(**values)
+                                  .on_conflict_do_nothing(index_elements=["token"])).rowcount
+    if inserted:
+        return LedgerRow(message.token, message.key_id, message.micro_flow, "pending", now)
+    row = _row(connection, message.token)  # a retry, or a concurrent attempt made it first
     assert row is not None
     return row
 
