@@ -212,9 +212,10 @@ async def reconcile(state: KeysState, before: datetime) -> int:
             record = await state.directory.by_id(row.key_id)
             if record is None:  # keys are revoked, never deleted
                 raise RuntimeError(f"charge {row.token} names the missing key {row.key_id}")
-            voided += await void_charge(state, record, row)
-            log.warning("charge %s of key %d (%s FLOW) voided: it was not recorded in time",
-                        row.token, row.key_id, format_flow(row.amount))
+            if await void_charge(state, record, row):
+                voided += 1
+                log.warning("charge %s of key %d (%s FLOW) voided: it was not recorded in "
+                            "time", row.token, row.key_id, format_flow(row.amount))
         if len(rows) < _RECONCILE_BATCH:
             return voided
 
