@@ -37,13 +37,16 @@ class PausingModel(FakeOpenAI):
     """Answers each turn after a pause of 10 to 40 ms; a service killed while it answers
     is no failure of the model."""
 
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            await super()._handle(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the service was killed while it asked or was answered
+
     async def _answer(self, stream: trio.SocketStream, request: RecordedRequest,
                       reply: Reply) -> None:
         await trio.sleep(random.uniform(0.01, 0.04))
-        try:
-            await super()._answer(stream, request, reply)
-        except trio.BrokenResourceError:
-            pass
+        await super()._answer(stream, request, reply)
 
 
 def endless_writes() -> list[Reply]:
