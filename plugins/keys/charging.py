@@ -3,7 +3,9 @@
 A charge goes through three steps, in this order:
 
 1. **Open** (one transaction): a ``key_charges`` row ``pending`` for the token (or the
-   row already there: ``applied`` answers the first charge again, ``void`` is refused).
+   row already there: ``applied`` answers the first charge again; ``void``, a charge taken
+   back before it was recorded, is made ``pending`` again and the meter forgets the void:
+   the retry makes the charge anew, once).
 2. **Meter** (Redis script, or this process's memory): the spend is applied once per
    token; a retried script (it timed out here but ran in Redis) is a no-op.
 3. **Record** (one transaction): the row turns ``applied`` only if still ``pending``, and
@@ -16,10 +18,11 @@ applied). The caller retries with the same token and finishes it; if nobody does
 reconciler (``keys.charges``) voids it: it claims the row (``pending`` to ``voiding``, so
 a late step 3 cannot record it any more), takes the charge back from the meter (a VOID of
 the token, a no-op if it was never applied, and a bar to its being applied later), then
-marks it ``void``. A row is left to the reconciler once it is older than
-``charge_grace_seconds``, or, embedded (one process, memory meter), as soon as it was
-opened before this process started. Step 3 refused for a reason other than an outage (the
-caller's ``record`` raised) voids the charge the same way, at once.
+marks it ``void``; a caller that retries later makes the charge anew. A row is left to the
+reconciler once it is older than ``charge_grace_seconds``, or, embedded (one process,
+memory meter), as soon as it was opened before this process started. Step 3 refused for a
+reason other than an outage (the caller's ``record`` raised) voids the charge the same
+way, at once.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from plugins.keys.errors import ApiKeyInvalid, ApiKeyRevoked
-from plugins.keys.metering import CHARGE, VOID, item_for
+from plugins.keys.metering import CHARGE, REOPEN, VOID, item_for
 from plugins.keys.periods import reset_text_at
 from plugins.keys.records import KeyRecord, add_spend
 from plugins.keys.state import KeysState
@@ -46,7 +49,7 @@ from plugins.keys.usage import UsageEntry, write_entries
 from runtime.actors import ActorSpec, Mailbox
 from runtime.backoff import until_available
 from runtime.contracts.meter import TOKEN_MAX_LENGTH, Charge, Charged, ChargeRecord
-from runtime.errors import Conflict, SpendCapReached, is_outage
+from runtime.errors import SpendCapReached, Unavailable, is_outage
 from runtime.wire import format_flow, utcnow
 
 log = logging.getLogger("flowsvc.keys")
@@ -74,16 +77,15 @@ def _row(connection: Connection, token: str) -> LedgerRow | None:
 
 
 def open_charge(connection: Connection, message: Charge, now: datetime) -> LedgerRow:
-    """Step 1: the token's row, made ``pending`` when it is new (one statement then)."""
-    values = {"token": message.token, "key_id": message.key_id, "amount": message.micro_flow,
-              "model": message.model[:64], "state": "pending", "created_at": now}
+    """Step 1: the token's row, made ``pending`` when it is new (a retry, or a concurrent
+    attempt, finds the row already there)."""
     dialect_insert = postgresql_insert if connection.dialect.name == "postgresql" \
         else sqlite_insert
-    inserted = connection.execute(dialect_insert(key_charges).values(**values)
-                                  .on_conflict_do_nothing(index_elements=["token"])).rowcount
-    if inserted:
-        return LedgerRow(message.token, message.key_id, message.micro_flow, "pending", now)
-    row = _row(connection, message.token)  # a retry, or a concurrent attempt made it first
+    connection.execute(dialect_insert(key_charges).values(
+        token=message.token, key_id=message.key_id, amount=message.micro_flow,
+        model=message.model[:64], state="pending", created_at=now)
+        .on_conflict_do_nothing(index_elements=["token"]))
+    row = _row(connection, message.token)
     assert row is not None
     return row
 
@@ -116,8 +118,19 @@ def _set_state(connection: Connection, token: str, before: tuple[str, ...], afte
         .values(state=after, settled_at=utcnow())).rowcount)
 
 
-def _voided(token: str) -> Conflict:
-    return Conflict(f"the charge {token!r} was voided: it was not recorded in time")
+def reopen_charge(connection: Connection, token: str, now: datetime) -> LedgerRow:
+    """Make a ``void`` row ``pending`` again (its charge is made anew); the row as it is."""
+    connection.execute(update(key_charges)
+                       .where(key_charges.c.token == token, key_charges.c.state == "void")
+                       .values(state="pending", created_at=now, settled_at=None))
+    row = _row(connection, token)
+    assert row is not None
+    return row
+
+
+def _taken_back(token: str) -> Unavailable:
+    return Unavailable(f"the charge {token!r} was taken back while it was being made: "
+                       "retry it")
 
 
 def _check_message(message: Charge) -> None:
@@ -136,15 +149,21 @@ async def charge(state: KeysState, message: Charge) -> Charged:
     if record.revoked_at is not None:
         raise ApiKeyRevoked(f"API key {message.key_id} was revoked")
     row = await state.db.write(open_charge, message, utcnow())
+    if row.state == "void":  # taken back earlier (never recorded): this retry makes it anew
+        row = await state.db.write(reopen_charge, message.token, utcnow())
+        if row.state == "pending":
+            unix = utcnow().timestamp()
+            await state.meter.meter(item_for(record, REOPEN, row.amount, 0, unix, row.token),
+                                    unix)
     if row.state == "applied":
         return await _answer(state, record, row.amount)
-    if row.state != "pending":
-        raise _voided(message.token)
+    if row.state != "pending":  # the reconciler is taking it back right now
+        raise _taken_back(message.token)
     unix = utcnow().timestamp()
     result = await state.meter.meter(
         item_for(record, CHARGE, row.amount, 0, unix, message.token), unix)
     if result.status == "void":
-        raise _voided(message.token)
+        raise _taken_back(message.token)
     if result.status == "spend":
         await state.db.write(_set_state, message.token, ("pending",), "void")
         raise SpendCapReached(f"API key {record.prefix} has reached its spend cap of "
@@ -162,7 +181,7 @@ async def charge(state: KeysState, message: Charge) -> Charged:
         # Voided meanwhile by a reconciler, whose VOID reached a shared meter but not this
         # process's own (embedded): take the spend back here too (a no-op if it is gone).
         await state.meter.meter(item_for(record, VOID, row.amount, 0, unix, row.token), unix)
-        raise _voided(message.token)
+        raise _taken_back(message.token)
     return Charged(key_id=record.id, micro_flow=row.amount, period_used=result.used,
                    period_limit=record.spend_limit,
                    period_reset=reset_text_at(record.spend_period, unix))

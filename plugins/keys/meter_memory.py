@@ -21,6 +21,7 @@ import trio
 from plugins.keys.metering import (
     ADMIT,
     REFUND,
+    REOPEN,
     VOID,
     MeterItem,
     MeterResult,
@@ -102,9 +103,13 @@ class MemoryMeter:
         return self._result(state, "ok", counting, item.cost)
 
     def _charge_once(self, state: _KeyMeter, item: MeterItem) -> MeterResult:
-        """A CHARGE or VOID of a token (see ``MeterItem``); never yields to Trio."""
+        """A CHARGE, VOID or REOPEN of a token (see ``MeterItem``); never yields to Trio."""
         key = (item.key_id, item.token)
         seen = self._tokens.get(key, _UNSEEN)
+        if item.mode == REOPEN:
+            if seen is None:
+                del self._tokens[key]
+            return self._result(state, "ok", False)
         if item.mode == VOID:
             applied = 0
             if seen is not None and seen == state.period_key:

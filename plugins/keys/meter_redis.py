@@ -63,7 +63,8 @@ def key_name(key_id: int, what: str) -> str:
 # KEYS: per item: key window, user window, spend hash, charge token.
 # ARGV[1] = now (ms), ARGV[2] = token TTL (ms); per item: mode, key rpm, user rpm, limit
 # (-1: none), cost, period key, seed, window member, spend TTL (ms), has token (1 or 0).
-# A token's key holds the period its charge was applied in, or 'v' once voided.
+# A token's key holds the period its charge was applied in, or 'v' once voided (mode 4),
+# until a reopen (mode 5) deletes the 'v'.
 # Returns per item: status (0 ok, 1 key rate, 2 user rate, 3 spend, 4 void), key count,
 # oldest key hit (ms, -1 none), oldest user hit (ms, -1 unknown), used, period key,
 # applied spend.
@@ -89,7 +90,9 @@ for i = 1, #KEYS / 4 do
   local counting = mode == 1 and key_rpm > 0
   local seen = false
   if tokened then seen = redis.call('GET', tk) end
-  if tokened and mode == 4 then
+  if tokened and mode == 5 then
+    if seen == 'v' then redis.call('DEL', tk) end
+  elseif tokened and mode == 4 then
     if seen and seen ~= 'v' and tonumber(seen) == spk then
       applied = -math.min(cost, used)
       used = redis.call('HINCRBY', sp, 'used', applied)

@@ -12,7 +12,7 @@ import trio
 
 from plugins.keys.records import KeyRecord
 
-ADMIT, CHARGE, REFUND, VOID = 1, 2, 3, 4
+ADMIT, CHARGE, REFUND, VOID, REOPEN = 1, 2, 3, 4, 5
 Status = Literal["ok", "key_rate", "user_rate", "spend", "void"]
 STATUSES: tuple[Status, ...] = ("ok", "key_rate", "user_rate", "spend", "void")
 TOKEN_TTL_SECONDS = 7 * 86_400
@@ -21,12 +21,13 @@ TOKEN_TTL_SECONDS = 7 * 86_400
 
 @dataclass(frozen=True)
 class MeterItem:
-    """One question to a meter backend. ``mode`` is ADMIT, CHARGE, REFUND or VOID.
+    """One question to a meter backend. ``mode`` is ADMIT, CHARGE, REFUND, VOID or REOPEN.
 
     A CHARGE with a ``token`` is applied once per token: asked again, the backend answers
     ``ok`` and ``applied`` without charging again, or ``void`` once the token was voided.
     A VOID takes back the charge of ``token`` (``cost``) if it was applied, and makes any
-    later CHARGE of that token a no-op answered ``void``. The spend of a token's charge is
+    later CHARGE of that token a no-op answered ``void``, until a REOPEN of the token (its
+    charge is being made anew) forgets that it was voided. The spend of a token's charge is
     written to the database by the charge's own transaction (``plugins.keys.charging``),
     so it never goes into the ``SpendLedger``.
     """

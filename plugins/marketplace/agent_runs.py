@@ -80,7 +80,6 @@ class CallBilling:
 
         :raises SpendCapReached: the key's cap is reached (the runner stops the run).
         :raises Unauthenticated: the key was revoked meanwhile.
-        :raises Conflict: the charge was voided (the run stops).
         """
         price = self.terms.prices.get(tool, 0)
         key_id = self.key_id

@@ -40,7 +40,6 @@ async def charge_key(service: Service, key_id: int, micro_flow: int, slug: str, 
     :raises Unauthenticated: the key was revoked or no longer exists (401).
     :raises Unavailable: the meter or the database did not answer (503): retry with the
         same token.
-    :raises Conflict: the charge of ``token`` was voided (409).
     """
     if micro_flow == 0:
         await service.db.write(record)

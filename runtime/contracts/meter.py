@@ -11,17 +11,19 @@ The charge counts in the key's period spend (so ``X-FLOW-Period-Used``, the spen
 402 apply to it) and in the key's usage log under ``model``. The call answers
 ``Charged``, or raises ``SpendCapReached`` (402) when the key's period spend has reached
 its cap (nothing is charged then), ``Unauthenticated`` (401) when the key was revoked or
-does not exist, ``Unavailable`` (503) when the meter or the database cannot answer (retry
-with the same token), ``Conflict`` (409) when the charge of this token was voided (the
-process that made it stopped before recording it; see ``docs/failure-behaviour.md``,
-"Charge ledger"), and whatever ``record`` raises (the charge is then voided and refunded).
+does not exist, ``Unavailable`` (503) when the meter or the database cannot answer or the
+charge was taken back while it was being made (retry with the same token), and whatever
+``record`` raises (the charge is then taken back: nothing is charged).
 
 **Exactly once.** ``token`` names what is being paid for (a run's call, a subscription's
 period) and must be the same on every retry: the meter and the ``key_charges`` table apply
 a token once, so a retried charge answers the first one's ``Charged`` without charging
-again. ``record`` runs in the database transaction that records the charge, its usage row
-and the key's stored spend, so the caller's own ledger (a run's charges, an owner's
-earnings) commits with it or not at all.
+again. A charge left unrecorded (its process died, or nobody retried it within
+``charge_grace_seconds``) is taken back by the keys plugin's reconciler; retried after
+that, it is made anew, once (see ``docs/failure-behaviour.md``, "Charge ledger").
+``record`` runs in the database transaction that records the charge, its usage row and
+the key's stored spend, so the caller's own ledger (a run's charges, an owner's earnings)
+commits with it or not at all.
 """
 
 from __future__ import annotations

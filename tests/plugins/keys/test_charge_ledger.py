@@ -6,7 +6,8 @@ either way; what the ledger does next depends on what really happened:
 
 - committed: a retry with the same token answers the charge, which counts once;
 - not committed, and nobody retries (its caller died): the reconciler voids it after
-  ``charge_grace_seconds``, the meter gives the spend back, and the token is refused.
+  ``charge_grace_seconds`` and the meter gives the spend back; a retry after all makes
+  the charge anew, once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy import Connection, select
 
 from plugins.keys.tables import key_charges
 from runtime.contracts.meter import METER_ACTOR, Charge, Charged
-from runtime.errors import Conflict, Unavailable
+from runtime.errors import Unavailable
 from runtime.server import Running
 from tests.support.backends import REDIS_URL, redis_prefix
 from tests.support.commit_cutter import CommitCutter
@@ -84,5 +85,9 @@ async def test_a_charge_whose_commit_broke(tmp_path: Path, nursery: trio.Nursery
                 while await server.service.db.read(_state) != "void":  # noqa: ASYNC110
                     await trio.sleep(0.1)
             assert await _spend_and_usage(http, key["id"]) == ("0.000000", 0)
-            with pytest.raises(Conflict, match="voided"):
-                await _charge(server, key_id)
+            # Its caller retrying after all makes it anew, once.
+            for _ in range(2):
+                charged = await _charge(server, key_id)
+                assert (charged.micro_flow, charged.period_used) == (AMOUNT, AMOUNT)
+            assert await _spend_and_usage(http, key["id"]) == ("0.400000", 1)
+            assert await server.service.db.read(_state) == "applied"
