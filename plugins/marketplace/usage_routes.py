@@ -7,8 +7,6 @@ plugin's runner, run queue and event stream). Views are module-level functions o
 
 from __future__ import annotations
 
-import secrets
-
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_request
 from sqlalchemy import Connection
@@ -83,8 +81,12 @@ async def subscribe(slug: str) -> Response:
     def record(connection: Connection) -> None:
         started.append(start_period(connection, agent, user_id, key_id, utcnow()))
 
+    # The token names this purchase by the state it starts from (no subscription yet, or
+    # the one that ended), so a client retrying after a 503 cannot pay twice: a purchase
+    # that went through moves the period end, and the retry is refused as a conflict.
+    since = current.period_end.isoformat() if current is not None else "first"
     await charge_key(service, key_id, agent.monetization.price_micro, agent.slug,
-                     token=f"subscribe:{secrets.token_hex(16)}", record=record)
+                     token=f"subscribe:{agent.id}:{user_id}:{since}", record=record)
     return json_response({"subscription": started[0].public()}, 201)
 
 
