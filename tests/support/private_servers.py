@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -83,6 +84,16 @@ class PrivateRedis:
             self._process.kill()
             self._process.wait()
             self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: Redis hangs, connections open, nothing answered (a stall, not a stop)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: Redis runs what it was sent meanwhile and answers."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
 
 
 @contextmanager

@@ -137,7 +137,7 @@ async def test_a_refused_charge_stops_the_run(tmp_path: Path) -> None:
     template, recorder = TEMPLATES["fullstack-builder"], Recorder()
     charged: list[str] = []
 
-    async def charge(tool_name: str) -> None:
+    async def charge(tool_name: str, call_id: str) -> None:
         if len(charged) == 2:
             raise RuntimeError("insufficient FLOW balance")
         charged.append(tool_name)
@@ -213,8 +213,9 @@ async def run_with_model(tmp_path: Path, nursery: trio.Nursery, script: list[Any
 async def test_a_model_drives_a_run(tmp_path: Path, nursery: trio.Nursery) -> None:
     charged: list[str] = []
 
-    async def charge(tool_name: str) -> None:
+    async def charge(tool_name: str, call_id: str) -> int:
         charged.append(tool_name)
+        return 250_000
 
     outcome, recorder, fake = await run_with_model(tmp_path, nursery, [
         turn("Plan:\n1. Write the page\n2. Commit it",
@@ -222,6 +223,7 @@ async def test_a_model_drives_a_run(tmp_path: Path, nursery: trio.Nursery) -> No
              ("deploy_to_mars", {})),
         turn("New plan:\n1. Write the page\n2. Add styles\n3. Commit it",
              ("write_file", '{"path": "style.css", "content": '),
+             ("write_file", {"path": "style.css"}),
              ("git_commit", {"message": "Add the page"})),
         turn("The page is committed."),
     ], before_tool_call=charge)
@@ -236,8 +238,12 @@ async def test_a_model_drives_a_run(tmp_path: Path, nursery: trio.Nursery) -> No
     results = recorder.of("tool_result")
     assert results[1]["error"].startswith("unknown tool 'deploy_to_mars'; available tools:")
     assert results[2]["error"] == "arguments are not valid JSON"
+    assert results[3]["error"] == "argument 'content' is required"
     assert recorder.of("tool_call")[2]["args"] == '{"path": "style.css", "content": '
+    # Only the calls whose tool started are charged, and only they carry their price.
     assert charged == ["write_file", "git_commit"]
+    assert [result.get("priceFlow") for result in results] == [
+        "0.250000", None, None, None, "0.250000"]
     [commit] = recorder.of("commit")
     assert commit["files"] == ["index.html"]
     assert await git(tmp_path / "ws", "log", "--format=%H") == [commit["sha"]]

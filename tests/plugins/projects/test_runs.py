@@ -202,7 +202,7 @@ async def test_a_run_started_through_the_api_as_the_marketplace_would(
         template = {t.name: t for t in builtin_templates()}["research-agent"]
         charged: list[str] = []
 
-        async def charge(tool: str) -> None:
+        async def charge(tool: str, call_id: str) -> None:
             if len(charged) == 2:
                 raise RuntimeError("insufficient FLOW balance")
             charged.append(tool)
