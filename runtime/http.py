@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
+import trio
 from flask.sansio.blueprints import Blueprint
 from pydantic import ValidationError
 from quart import Quart, Response, current_app, request
@@ -35,8 +36,6 @@ from runtime.openapi import ServiceOpenAPI, Success, answers
 from runtime.openapi_docs import install_docs
 from runtime.pipeline import Pipeline
 from runtime.service import Service
-from runtime.shared import SharedState
-from runtime.storage import Database
 
 log = logging.getLogger("flowsvc.http")
 _HEALTHY = b'{"status":"ok"}'
@@ -167,27 +166,32 @@ def _install_probes(app: Quart, service: Service) -> None:
 
         ``checks`` has one entry per dependency (database, Redis or the in-process shared
         state, each plugin's checks such as chain RPC endpoints) with ``ok`` and an ``error``.
+        The checks run at once, each within ``service.readiness_timeout_seconds``.
         """
-        checks: dict[str, Any] = {}
-        ready = await _probe(checks, "database", service.db)
-        ready = await _probe(checks, "redis" if service.shared.kind == "redis" else "shared",
-                             service.shared) and ready
+        timeout = service.settings.service.readiness_timeout_seconds
+
+        async def database() -> None:
+            await service.db.ping(timeout=timeout)  # its own deadline: it shields its thread
+
+        probes: list[tuple[str, Callable[[], Awaitable[dict[str, Any] | None]]]] = [
+            ("database", database),
+            ("redis" if service.shared.kind == "redis" else "shared", service.shared.ping)]
         for plugin_checks in service.pm.hook.flowsvc_readiness_checks(service=service):
-            for check in plugin_checks or []:
-                try:
-                    checks[check.name] = {"ok": True, **(await check.check() or {})}
-                except Exception as exc:
-                    ready = False
-                    checks[check.name] = {"ok": False, "error": str(exc)}
+            probes += [(check.name, check.check) for check in plugin_checks or []]
+        results: dict[str, dict[str, Any]] = {}
+        async with trio.open_nursery() as nursery:
+            for name, probe in probes:
+                nursery.start_soon(_probe, results, name, probe, timeout)
+        checks = {name: results[name] for name, _ in probes}
         supervisor = service.supervisor
         if supervisor is not None and supervisor.gave_up.is_set():
-            ready = False
             checks["supervisor"] = {"ok": False, "error": supervisor.reason}
-        if ready:
-            return json_response({"status": "ready", "checks": checks})
         down = ", ".join(name for name, check in checks.items() if not check["ok"])
-        body = Unavailable(f"not ready: {down}").body()
-        return json_response({**body, "status": "unavailable", "checks": checks}, 503)
+        if not down:
+            return json_response({"status": "ready", "checks": checks})
+        error = Unavailable(f"not ready: {down}")
+        return json_response({**error.body(), "status": "unavailable", "checks": checks}, 503,
+                             error.headers)
 
     @app.get("/metrics")
     @answers(Success(200, "text/plain", "the Prometheus text format"))
@@ -198,14 +202,18 @@ def _install_probes(app: Quart, service: Service) -> None:
         return Response(service.metrics.render(), content_type=CONTENT_TYPE)
 
 
-async def _probe(checks: dict[str, Any], name: str, target: Database | SharedState) -> bool:
+async def _probe(results: dict[str, dict[str, Any]], name: str,
+                 probe: Callable[[], Awaitable[dict[str, Any] | None]], timeout: float) -> None:
+    """Run one readiness check into ``results[name]``; no answer within ``timeout`` is a
+    failure like an error (a hung dependency must not hang ``/readyz``)."""
     try:
-        await target.ping()
+        with trio.fail_after(timeout):
+            details = await probe()
+    except trio.TooSlowError:
+        results[name] = {"ok": False, "error": f"no answer within {timeout:g} s"}
     except Unavailable as exc:
-        checks[name] = {"ok": False, "error": exc.message}
-        return False
+        results[name] = {"ok": False, "error": exc.message}
     except Exception as exc:
-        checks[name] = {"ok": False, "error": type(exc).__name__}
-        return False
-    checks[name] = {"ok": True}
-    return True
+        results[name] = {"ok": False, "error": str(exc) or type(exc).__name__}
+    else:
+        results[name] = {"ok": True, **(details or {})}

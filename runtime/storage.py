@@ -6,11 +6,22 @@ Blocking database calls never run on the Trio thread: ``Database.write`` and
 over the GIL, see ``docs/performance.md``). A write function gets a connection inside
 one transaction; everything it does commits together or not at all, which is what the
 webhook outbox relies on.
+
+Every call has one deadline, ``database.timeout_seconds`` (5 s by default), from asking for
+a thread to the result; past it the caller gets ``Unavailable`` (503). A thread blocked in a
+socket cannot be cancelled, and a frozen PostgreSQL never answers, so the deadline is kept
+on the Trio side: the caller stops waiting and abandons the thread. The thread keeps its
+limiter slot until it really ends (so a hung server never gets more than ``db_threads``
+threads), a write it was doing rolls back instead of committing if it had not reached its
+commit yet, and the server side bounds it too: ``statement_timeout`` (the same deadline),
+``connect_timeout`` and TCP keepalives for a server that vanished. SQLite waits for a lock
+(its busy timeout) for the same deadline.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -35,22 +46,38 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str, pool_size: int) -> Engine:
-    """An engine with the settings each backend needs to be safe under concurrency."""
+# A server that vanished (no RST, no FIN) is noticed by TCP keepalives after about
+# 10 + 3 * 5 s of silence, and by an unacknowledged write after 30 s; a frozen server's
+# kernel still acknowledges, so only the Trio-side deadline helps there.
+_KEEPALIVE_OPTIONS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                      "keepalives_count": 3, "tcp_user_timeout": 30_000}
+
+
+def make_engine(url: str, pool_size: int, *, timeout: float = 5.0,
+                connect_timeout: float = 3.0) -> Engine:
+    """An engine with the settings each backend needs to be safe under concurrency.
+
+    :param timeout: PostgreSQL's ``statement_timeout``, SQLite's busy timeout, and the
+        wait for a pooled connection (seconds).
+    :param connect_timeout: PostgreSQL's ``connect_timeout`` (whole seconds, at least 2).
+    """
     url = normalize_url(url)
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
-                               pool_size=pool_size, max_overflow=0)
-        event.listen(engine, "connect", _sqlite_on_connect)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": timeout},
+                               pool_size=pool_size, max_overflow=0, pool_timeout=timeout)
+        event.listen(engine, "connect", partial(_sqlite_on_connect, timeout))
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=2, pool_pre_ping=True)
+    connect_args = {**_KEEPALIVE_OPTIONS, "connect_timeout": max(2, round(connect_timeout)),
+                    "options": f"-c statement_timeout={int(timeout * 1000)}"}
+    return create_engine(url, pool_size=pool_size, max_overflow=2, pool_pre_ping=True,
+                         pool_timeout=timeout, connect_args=connect_args)
 
 
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_on_connect(timeout: float, dbapi_connection: Any, _record: Any) -> None:
     # Take transaction control away from pysqlite so that we can BEGIN IMMEDIATE:
     # a deferred transaction that later writes can fail with "database is locked"
     # without waiting, which busy_timeout does not cover.
@@ -59,7 +86,7 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     cursor.close()
 
 
@@ -77,16 +104,25 @@ def after_commit(connection: Connection, callback: Callable[[], None]) -> None:
     connection.info.setdefault(AFTER_COMMIT, []).append(callback)
 
 
+class _Abandoned(Exception):
+    """Raised in a write's thread when its caller gave up: the transaction rolls back."""
+
+
 class Database:
     """One engine and the thread limiter its calls go through.
 
     :param url: a SQLAlchemy URL; ``postgresql://`` is routed to psycopg 3.
     :param threads: how many database calls may run at once.
+    :param timeout: the deadline of one call, in seconds (see the module docstring).
+    :param connect_timeout: the deadline of opening a PostgreSQL connection.
     """
 
-    def __init__(self, url: str, threads: int) -> None:
+    def __init__(self, url: str, threads: int, *, timeout: float = 5.0,
+                 connect_timeout: float = 3.0) -> None:
         self.url = normalize_url(url)
-        self.engine = make_engine(self.url, pool_size=threads)
+        self.timeout = timeout
+        self.engine = make_engine(self.url, pool_size=threads, timeout=timeout,
+                                  connect_timeout=connect_timeout)
         self.limiter = trio.CapacityLimiter(threads)
 
     @property
@@ -97,34 +133,44 @@ class Database:
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(connection, *args)`` in one transaction in a worker thread.
 
-        :raises Unavailable: the database cannot be reached.
+        :raises Unavailable: the database cannot be reached or did not answer in time (the
+            transaction then rolls back, unless it was already committing).
         """
         callbacks: list[Callable[[], None]] = []
-        result = await self._in_thread(partial(self._write_sync, fn, callbacks), *args)
+        abandoned = threading.Event()
+        result = await self._in_thread(abandoned, partial(self._write_sync, fn, callbacks,
+                                                          abandoned), *args)
         for callback in callbacks:
             callback()
         return result
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(connection, *args)`` in a read-only transaction in a worker thread."""
-        return await self._in_thread(self._read_sync, fn, *args)
+        """Run ``fn(connection, *args)`` in a read-only transaction in a worker thread.
 
-    async def ping(self) -> None:
+        :raises Unavailable: the database cannot be reached or did not answer in time.
+        """
+        return await self._in_thread(threading.Event(), self._read_sync, fn, *args)
+
+    async def ping(self, *, timeout: float | None = None) -> None:
         """Check the database answers.
 
-        :raises Unavailable: it does not.
+        :param timeout: a deadline shorter than the usual one (a readiness probe's).
+        :raises Unavailable: it does not, or not within the deadline.
         """
-        await self.read(lambda connection: connection.execute(text("SELECT 1")).scalar())
+        await self._in_thread(threading.Event(), self._read_sync, _select_one,
+                              timeout=timeout)
 
     def dispose(self) -> None:
         self.engine.dispose()
 
     def _write_sync(self, fn: Callable[..., T], callbacks: list[Callable[[], None]],
-                    *args: Any) -> T:
+                    abandoned: threading.Event, *args: Any) -> T:
         with self.engine.connect() as connection:
             connection.info.pop(AFTER_COMMIT, None)
             with connection.begin():
                 result = fn(connection, *args)
+                if abandoned.is_set():
+                    raise _Abandoned  # the caller answered 503: do not commit behind it
             callbacks.extend(connection.info.pop(AFTER_COMMIT, []))
             return result
 
@@ -134,12 +180,27 @@ class Database:
             with connection.begin():
                 return fn(connection, *args)
 
-    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
-        except (OperationalError, DBAPIError) as exc:
-            if isinstance(exc, DBAPIError) and not exc.connection_invalidated \
-                    and not isinstance(exc, OperationalError):
-                raise
-            log.warning("database unavailable: %s", type(exc.orig).__name__ if exc.orig else exc)
-            raise Unavailable("the database is unavailable") from exc
+    async def _in_thread(self, abandoned: threading.Event, fn: Callable[..., T], *args: Any,
+                         timeout: float | None = None) -> T:
+        # Only the deadline abandons the thread: the shield keeps an outer cancellation (a
+        # client gone, a shutdown) waiting for the call as before, for at most the deadline.
+        timeout = self.timeout if timeout is None else min(timeout, self.timeout)
+        with trio.CancelScope(shield=True), trio.move_on_after(timeout) as deadline:
+            try:
+                return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter,
+                                                     abandon_on_cancel=True)
+            except (OperationalError, DBAPIError) as exc:
+                if isinstance(exc, DBAPIError) and not exc.connection_invalidated \
+                        and not isinstance(exc, OperationalError):
+                    raise
+                log.warning("database unavailable: %s",
+                            type(exc.orig).__name__ if exc.orig else exc)
+                raise Unavailable("the database is unavailable") from exc
+        assert deadline.cancelled_caught
+        abandoned.set()
+        log.warning("database call abandoned after %g s", timeout)
+        raise Unavailable(f"the database did not answer within {timeout:g} s")
+
+
+def _select_one(connection: Connection) -> Any:
+    return connection.execute(text("SELECT 1")).scalar()
