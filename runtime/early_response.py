@@ -17,17 +17,19 @@ out by the server. docs/hypercorn-early-response.md has the reproduction and the
   so that hypercorn finds the request complete and keeps the connection alive;
 - an early answer to a declared body over ``max_drain_bytes`` says ``Connection: close``: that
   body is not waited for;
-- when hypercorn is going to close (the body is still unfinished, HTTP/1.0, or a
-  ``Connection: close`` either way), the app hears ``http.disconnect`` only once the ``send``
-  of the last message has returned, so the close really happens.
-
-A kept-alive exchange is left as it is: no task, no cancel scope, no extra checkpoint, a few
-checks per ASGI message. (There, the same cancellation stops hypercorn from restarting its
-keep-alive idle timer, which happens to spare a task per request; see the docs page.)
+- the app hears ``http.disconnect`` only once the ``send`` of the last message has returned,
+  so that hypercorn's close really happens (the body is still unfinished, HTTP/1.0, or a
+  ``Connection: close`` either way) and, on a kept-alive connection, its keep-alive idle
+  timer really restarts (``service.keep_alive_timeout_seconds``: without it an idle
+  connection was never closed). That timer costs hypercorn a task per request;
+- a request with both ``Content-Length`` and ``Transfer-Encoding`` gets a 400
+  ``invalid_request`` and the connection is closed (RFC 9112 section 6.1), without calling
+  the app: whatever follows on the connection (a smuggled request) is never read.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, cast
 
@@ -41,6 +43,8 @@ from hypercorn.typing import (
     HTTPResponseStartEvent,
     Scope,
 )
+
+from runtime.errors import InvalidRequest
 
 log = logging.getLogger("flowsvc.http")
 
@@ -63,11 +67,33 @@ def guard_early_responses(app: ASGIFramework, *, max_drain_bytes: int,
         if scope["type"] != "http" or scope["http_version"] not in _HTTP1:
             await app(scope, receive, send)  # lifespan; an HTTP/2 stream ends on its own
             return
+        if _ambiguous_framing(scope["headers"]):
+            await _refuse_ambiguous_framing(send)
+            return
         exchange = _Exchange(scope["headers"], scope["http_version"] == "1.0", receive, send,
                              max_drain_bytes, drain_seconds)
         await app(scope, exchange.receive, exchange.send)
 
     return guarded
+
+
+def _ambiguous_framing(headers: Any) -> bool:
+    """Both ``Content-Length`` and ``Transfer-Encoding``: a proxy in front may have read the
+    body by the other one, so what follows it on the connection may be a smuggled request."""
+    names = {name for name, _value in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
+async def _refuse_ambiguous_framing(send: ASGISendCallable) -> None:
+    """Answer 400 and close the connection (RFC 9112 section 6.1), without calling the app;
+    nothing else is read from this connection."""
+    error = InvalidRequest("a request may not carry both Content-Length and Transfer-Encoding")
+    body = json.dumps(error.body(), separators=(",", ":")).encode()
+    await send({"type": "http.response.start", "status": error.status, "trailers": False,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _request_framing(headers: Any) -> tuple[bool, int | None, bool]:
@@ -140,12 +166,11 @@ class _Exchange:
         elif message["type"] == "http.response.body" and not message.get("more_body", False):
             if self.unfinished and not self._closing:
                 await self._drain()
-            if not (self.unfinished or self._closing):
-                await self._send(message)  # hypercorn recycles the connection in here
-                return
+            # hypercorn closes the connection in here, or recycles it and restarts its
+            # keep-alive idle timer: either must finish before quart-trio hears of it.
             self._finishing = trio.Event()
             try:
-                await self._send(message)  # hypercorn closes the connection in here
+                await self._send(message)
             finally:
                 self._finishing.set()
             return

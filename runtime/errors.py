@@ -92,6 +92,14 @@ class PayloadTooLarge(ServiceError):
     code = "payload_too_large"
 
 
+class RequestTimeout(ServiceError):
+    """Raised when the request body has not fully arrived within
+    ``service.body_timeout_seconds``; the connection is closed after the answer."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class UnsupportedMediaType(ServiceError):
     """Raised when a JSON route gets a body whose ``Content-Type`` is not JSON."""
 

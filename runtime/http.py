@@ -28,6 +28,7 @@ from runtime.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
     ServiceError,
     Unavailable,
 )
@@ -77,6 +78,12 @@ def _http_exception(exc: HTTPException) -> ServiceError:
             headers={"Connection": "close"})
     if exc.code == 400:
         return InvalidRequest("the request body is not valid JSON")
+    if exc.code == 408:
+        # The rest of the body may still be trickling in: this connection is done.
+        return RequestTimeout(
+            f"the request body did not arrive within "
+            f"{current_service().settings.service.body_timeout_seconds:g} s",
+            headers={"Connection": "close"})
     error = ServiceError(exc.description or "request failed")
     error.status = exc.code or 500  # type: ignore[misc]
     error.code = (exc.name or "error").lower().replace(" ", "_")  # type: ignore[misc]
@@ -86,10 +93,15 @@ def _http_exception(exc: HTTPException) -> ServiceError:
 def create_app(service: Service) -> Quart:
     """The app for ``service``; mounts the blueprints of every enabled plugin."""
     app = QuartTrio("flowsvc", static_folder=None)  # no /static route: nothing to serve
+    # werkzeug answers a path with "//" by a redirect to the merged path on the request's
+    # Host (a forged one included): here it is an unknown path, a 404.
+    app.url_map.merge_slashes = False
     app.request_class = FlowsvcRequest
     app.url_map.converters["int"] = BoundedIntegerConverter
     app.extensions["flowsvc"] = service
     app.config["MAX_CONTENT_LENGTH"] = service.settings.service.max_body_bytes
+    # The whole request body must arrive within this, however slowly it trickles (408).
+    app.config["BODY_TIMEOUT"] = service.settings.service.body_timeout_seconds
     app.config["QUART_SCHEMA_CONVERT_CASING"] = False
     schema = QuartSchema(app, openapi_path=None, info=Info(title="flowsvc", version="0.1.0"),
                          openapi_provider_class=ServiceOpenAPI)
