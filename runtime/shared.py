@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import coredis
 import trio
-from coredis.retry import ConstantRetryPolicy
+from coredis.retry import NoRetryPolicy
 
 from runtime.config import ConfigError
 from runtime.errors import Unavailable, is_outage
@@ -411,14 +411,13 @@ async def open_shared_state(redis_url: str, prefix: str = "flowsvc:", *,
     if not redis_url:
         yield MemorySharedState()
         return
-    # A frozen Redis accepts connections (its kernel does) and never answers: every command
-    # has a deadline. A timed-out command is not retried (that would triple the wait); a
-    # broken connection is, once or twice, on a fresh one.
+    # A frozen Redis accepts connections (its kernel does) and never answers: opening a
+    # connection and every command have a deadline. Nothing is retried here (coredis retries
+    # twice by default): a retry multiplies the wait for a hung Redis, and the caller answers
+    # 503 or backs off anyway.
     client: coredis.Redis[str] = coredis.Redis.from_url(
         redis_url, decode_responses=True, connect_timeout=connect_timeout,
-        stream_timeout=timeout,
-        retry_policy=ConstantRetryPolicy((coredis.exceptions.ConnectionError,), retries=2,
-                                         delay=0.01))
+        stream_timeout=timeout, retry_policy=NoRetryPolicy())
     async with client:
         yield RedisSharedState(client, prefix, timeout=timeout)
 
