@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import resource
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from functools import partial
 from typing import Any, cast
 
@@ -40,6 +42,7 @@ RESERVED_DESCRIPTORS = 256
 workspace files, subprocess pipes, and the connections being refused."""
 REFUSAL_SECONDS = 2.0
 """How long a refused connection may take to read its answer before it is closed."""
+_CONNECTION: ContextVar[_EndsWithTheClient] = ContextVar("flowsvc_connection")
 _UNLIMITED = 1 << 20  # an unlimited hard limit: the most Linux allows by default (nr_open)
 
 
@@ -102,7 +105,10 @@ class ConnectionGate:
             return
         self.open += 1
         try:
-            await serve(stream)
+            with trio.CancelScope() as scope:
+                connection = _EndsWithTheClient(stream, scope)
+                _CONNECTION.set(connection)  # hypercorn starts the app's tasks from this one
+                await serve(cast(trio.SocketStream, connection))
         finally:
             self.open -= 1
 
@@ -117,6 +123,94 @@ class ConnectionGate:
                     pass
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
+
+
+@asynccontextmanager
+async def closing_answer() -> AsyncIterator[None]:
+    """Around the writing of an answer after which the connection closes and nothing more may
+    be read from it (what follows the request must not be parsed). hypercorn's reader fails
+    on bytes already behind such a request and closes the connection at once, which would
+    cut the answer short: a close from any other task waits until the answer is written
+    (at most ``ANSWER_SECONDS``). Does nothing outside ``serve_http``."""
+    connection = _CONNECTION.get(None)
+    if connection is None:
+        yield
+        return
+    connection.done_reading = True
+    connection.answering = trio.lowlevel.current_task()
+    connection.answered = trio.Event()
+    try:
+        yield
+    finally:
+        connection.answered.set()
+
+
+ANSWER_SECONDS = 5.0
+"""The longest a close waits for a ``closing_answer`` to be written."""
+CLIENT_GONE_SECONDS = 1.0
+"""How long hypercorn gets to wind a connection up after its client closed it."""
+
+
+class _EndsWithTheClient:
+    """A connection's stream that ends the connection soon after the client closes it.
+
+    hypercorn's ``TCPServer`` stops reading at the end of the stream but keeps the
+    connection (and its descriptor) until its keep-alive idle timer runs out, up to
+    ``service.keep_alive_timeout_seconds`` later. Here the connection is cancelled
+    ``CLIENT_GONE_SECONDS`` after the client's end; hypercorn treats that end as a close
+    anyway (the request in flight, if any, hears ``http.disconnect``).
+
+    :param stream: the accepted stream; ``TCPServer`` uses only these methods and ``socket``.
+    :param scope: the connection's cancel scope.
+    """
+
+    def __init__(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+        self._stream = stream
+        self._scope = scope
+        self._sending = trio.Lock()
+        self.socket = stream.socket
+        self.done_reading = False
+        self._closed = trio.Event()
+        self.answering: trio.lowlevel.Task | None = None
+        self.answered = trio.Event()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self.done_reading:
+            await self._closed.wait()
+            raise trio.ClosedResourceError
+        try:
+            data = await self._stream.receive_some(max_bytes)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._client_gone()
+            raise
+        if not data:
+            self._client_gone()
+        elif self.done_reading:  # what follows a closing answer is not for hypercorn
+            await self._closed.wait()
+            raise trio.ClosedResourceError
+        return data
+
+    def _client_gone(self) -> None:
+        self._scope.deadline = min(self._scope.deadline,
+                                   trio.current_time() + CLIENT_GONE_SECONDS)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        async with self._sending:
+            await self._stream.send_all(data)
+
+    async def send_eof(self) -> None:
+        # hypercorn closes (send_eof, then aclose) from its reader too: that close must not
+        # interrupt an answer being written (trio would raise BusyResourceError, or the
+        # socket would be gone), so it waits for the write, and for a closing answer.
+        if self.answering is not None and self.answering is not trio.lowlevel.current_task():
+            with trio.move_on_after(ANSWER_SECONDS):
+                await self.answered.wait()
+        async with self._sending:
+            await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        self._closed.set()
+        await self._stream.aclose()
 
 
 async def serve_http(app: ASGIFramework, config: HypercornConfig, gate: ConnectionGate, *,

@@ -44,6 +44,7 @@ from hypercorn.typing import (
     Scope,
 )
 
+from runtime.connections import closing_answer
 from runtime.errors import InvalidRequest
 
 log = logging.getLogger("flowsvc.http")
@@ -89,11 +90,12 @@ async def _refuse_ambiguous_framing(send: ASGISendCallable) -> None:
     nothing else is read from this connection."""
     error = InvalidRequest("a request may not carry both Content-Length and Transfer-Encoding")
     body = json.dumps(error.body(), separators=(",", ":")).encode()
-    await send({"type": "http.response.start", "status": error.status, "trailers": False,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    async with closing_answer():
+        await send({"type": "http.response.start", "status": error.status, "trailers": False,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _request_framing(headers: Any) -> tuple[bool, int | None, bool]:

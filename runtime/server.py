@@ -46,6 +46,7 @@ def hypercorn_config(settings: Settings, bind: str) -> HypercornConfig:
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = settings.service.shutdown_grace_seconds
     config.max_app_queue_size = 64
+    config.backlog = 1024  # connections the kernel queues before accepting (hypercorn: 100)
     # Applies between requests only (hypercorn stops the timer while a request is in
     # flight; runtime.early_response lets it restart after each answer).
     config.keep_alive_timeout = settings.service.keep_alive_timeout_seconds

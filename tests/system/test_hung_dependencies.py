@@ -32,6 +32,7 @@ RECOVERY_SECONDS = 30.0
 DATABASE_BOUND = DatabaseSettings().timeout_seconds + MARGIN_SECONDS
 REDIS_BOUND = RedisSettings().timeout_seconds + MARGIN_SECONDS
 READYZ_BOUND = ServiceSettings().readiness_timeout_seconds + MARGIN_SECONDS
+PLUGINS = ["auth", "keys", "chain", "projects", "marketplace"]
 OPEN_LIMITS = {"FLOWSVC_LIMITS_ANONYMOUS_RPM": "100000",
                "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "100000"}
 
@@ -95,7 +96,7 @@ async def flow_while_frozen(http: httpx.AsyncClient, routes: list[tuple[str, str
 async def ready_again(http: httpx.AsyncClient) -> float:
     began = time.monotonic()
     with trio.fail_after(RECOVERY_SECONDS):
-        while (await http.get("/readyz")).status_code != 200:
+        while (await http.get("/readyz")).status_code != 200:  # noqa: ASYNC110 - polling HTTP
             await trio.sleep(0.1)
     return time.monotonic() - began
 
@@ -105,7 +106,7 @@ async def test_a_frozen_postgresql_answers_503_within_the_deadline_and_recovers(
         tmp_path: Path) -> None:
     with private_postgres() as postgres:
         env = settings_env(tmp_path / "var", database_url=postgres.url,
-                           plugins=["auth", "keys", "chain", "projects", "marketplace"], extra=OPEN_LIMITS)
+                           plugins=PLUGINS, extra=OPEN_LIMITS)
         async with running_server(make_settings(env), env) as running, \
                 httpx.AsyncClient(base_url=running.base_url, timeout=60) as http:
             await sign_in(http)
@@ -141,7 +142,7 @@ async def test_a_frozen_redis_answers_503_within_the_deadline_and_recovers(
     with private_redis() as redis:
         env = settings_env(tmp_path / "var", database_url=f"sqlite:///{tmp_path}/flowsvc.db",
                            redis_url=redis.url, redis_prefix=redis_prefix(),
-                           plugins=["auth", "keys", "chain", "projects", "marketplace"], extra=OPEN_LIMITS)
+                           plugins=PLUGINS, extra=OPEN_LIMITS)
         async with running_server(make_settings(env), env) as running, \
                 httpx.AsyncClient(base_url=running.base_url, timeout=60) as http:
             await sign_in(http)
