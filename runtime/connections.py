@@ -10,13 +10,16 @@ so idle clients that hold descriptors take the service off the air for everyone.
   ``ConnectionGate`` in front of each connection: past ``service.max_connections`` open
   connections a new one gets an immediate 503 ``unavailable`` with ``Retry-After`` and is
   closed, without touching the app. The cap stays ``RESERVED_DESCRIPTORS`` under the
-  descriptor limit, which leaves room for the database pool, Redis, files and that refusal.
+  descriptor limit, which leaves room for the database pool, Redis, files and that refusal;
+- each connection is closed after ``service.keep_alive_timeout_seconds`` without a request
+  in flight, and soon after its client closed it (``_Connection``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import resource
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -42,7 +45,7 @@ RESERVED_DESCRIPTORS = 256
 workspace files, subprocess pipes, and the connections being refused."""
 REFUSAL_SECONDS = 2.0
 """How long a refused connection may take to read its answer before it is closed."""
-_CONNECTION: ContextVar[_EndsWithTheClient] = ContextVar("flowsvc_connection")
+_CONNECTION: ContextVar[_Connection] = ContextVar("flowsvc_connection")
 _UNLIMITED = 1 << 20  # an unlimited hard limit: the most Linux allows by default (nr_open)
 
 
@@ -84,13 +87,17 @@ def _refusal() -> bytes:
 
 
 class ConnectionGate:
-    """Counts open connections and refuses those past ``limit``.
+    """Counts open connections and refuses those past ``limit``; closes idle ones.
 
     :param limit: the most connections served at once.
+    :param idle_seconds: how long a connection may stay without a request in flight
+        (``service.keep_alive_timeout_seconds``).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, idle_seconds: float) -> None:
         self.limit = limit
+        self.idle_seconds = idle_seconds
+        self._connections: set[_Connection] = set()
         self.open = 0
         self.refused = 0
         self._refusal = _refusal()
@@ -103,14 +110,24 @@ class ConnectionGate:
             self.refused += 1
             await self._refuse(stream)
             return
+        scope = trio.CancelScope()
+        connection = _Connection(stream, scope, self.idle_seconds)
+        _CONNECTION.set(connection)  # hypercorn starts the app's tasks from this task
         self.open += 1
+        self._connections.add(connection)
         try:
-            with trio.CancelScope() as scope:
-                connection = _EndsWithTheClient(stream, scope)
-                _CONNECTION.set(connection)  # hypercorn starts the app's tasks from this one
+            with scope:
                 await serve(cast(trio.SocketStream, connection))
         finally:
+            self._connections.discard(connection)
             self.open -= 1
+
+    def close_idle(self) -> None:
+        """Close every connection without a request in flight, now and as soon as one
+        becomes idle (a shutdown: requests in flight get the grace period)."""
+        for connection in self._connections:
+            connection.closing = True
+            connection.close_if_idle()
 
     async def _refuse(self, stream: trio.SocketStream) -> None:
         with trio.move_on_after(REFUSAL_SECONDS):
@@ -151,28 +168,69 @@ CLIENT_GONE_SECONDS = 1.0
 """How long hypercorn gets to wind a connection up after its client closed it."""
 
 
-class _EndsWithTheClient:
-    """A connection's stream that ends the connection soon after the client closes it.
+def request_began() -> int:
+    """Mark the connection of the current request busy: no idle timeout while it is in
+    flight. Returns the request's number on its connection, for ``request_ended``."""
+    connection = _CONNECTION.get(None)
+    return 0 if connection is None else connection.busy()
 
-    hypercorn's ``TCPServer`` stops reading at the end of the stream but keeps the
-    connection (and its descriptor) until its keep-alive idle timer runs out, up to
-    ``service.keep_alive_timeout_seconds`` later. Here the connection is cancelled
-    ``CLIENT_GONE_SECONDS`` after the client's end; hypercorn treats that end as a close
-    anyway (the request in flight, if any, hears ``http.disconnect``).
+
+def request_ended(request: int) -> None:
+    """Mark the connection of ``request`` idle, unless a later request has begun on it."""
+    connection = _CONNECTION.get(None)
+    if connection is not None:
+        connection.idle(request)
+
+
+class _Connection:
+    """The stream of one connection, as hypercorn's ``TCPServer`` sees it, and its deadline.
+
+    - *Idle timeout*: the connection's cancel scope has a deadline ``idle_seconds`` ahead
+      whenever no request is in flight (from the accept, and after each answer), none while
+      one is. hypercorn has a keep-alive timer of its own, but under quart-trio it never
+      starts again after the first request (``runtime.early_response``), and restarting it
+      costs a task per request; a deadline costs nothing.
+    - *The client's close*: hypercorn stops reading at the end of the stream but keeps the
+      connection until its timer runs out; here the connection ends ``CLIENT_GONE_SECONDS``
+      after the client's end (hypercorn treats that end as a close anyway: a request in
+      flight hears ``http.disconnect``).
+    - *Closing answers*: see ``closing_answer``.
 
     :param stream: the accepted stream; ``TCPServer`` uses only these methods and ``socket``.
     :param scope: the connection's cancel scope.
     """
 
-    def __init__(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    def __init__(self, stream: trio.SocketStream, scope: trio.CancelScope,
+                 idle_seconds: float) -> None:
         self._stream = stream
         self._scope = scope
+        self._idle_seconds = idle_seconds
+        self._requests = 0
+        self._gone = False
         self._sending = trio.Lock()
+        self._closed = trio.Event()
         self.socket = stream.socket
         self.done_reading = False
-        self._closed = trio.Event()
+        self.closing = False  # the service is shutting down
         self.answering: trio.lowlevel.Task | None = None
         self.answered = trio.Event()
+        scope.deadline = trio.current_time() + idle_seconds
+
+    def busy(self) -> int:
+        self._requests += 1
+        if not self._gone:
+            self._scope.deadline = math.inf
+        return self._requests
+
+    def idle(self, request: int) -> None:
+        if request == self._requests and not self._gone:
+            self._scope.deadline = trio.current_time() + self._idle_seconds
+            if self.closing:
+                self._scope.cancel()
+
+    def close_if_idle(self) -> None:
+        if self._scope.deadline != math.inf:  # no request in flight
+            self._scope.cancel()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self.done_reading:
@@ -191,6 +249,7 @@ class _EndsWithTheClient:
         return data
 
     def _client_gone(self) -> None:
+        self._gone = True
         self._scope.deadline = min(self._scope.deadline,
                                    trio.current_time() + CLIENT_GONE_SECONDS)
 
@@ -246,8 +305,9 @@ async def serve_http(app: ASGIFramework, config: HypercornConfig, gate: Connecti
                     await shutdown_trigger()
                     accepting.cancel_scope.cancel()
             finally:
-                # As hypercorn does: idle connections close at once, busy ones get the grace.
+                # Idle connections close at once, busy ones get the grace period.
                 await context.terminated.set()
+                gate.close_idle()
                 connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()

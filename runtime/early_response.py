@@ -17,14 +17,20 @@ out by the server. docs/hypercorn-early-response.md has the reproduction and the
   so that hypercorn finds the request complete and keeps the connection alive;
 - an early answer to a declared body over ``max_drain_bytes`` says ``Connection: close``: that
   body is not waited for;
-- the app hears ``http.disconnect`` only once the ``send`` of the last message has returned,
-  so that hypercorn's close really happens (the body is still unfinished, HTTP/1.0, or a
-  ``Connection: close`` either way) and, on a kept-alive connection, its keep-alive idle
-  timer really restarts (``service.keep_alive_timeout_seconds``: without it an idle
-  connection was never closed). That timer costs hypercorn a task per request;
+- when hypercorn is going to close (the body is still unfinished, HTTP/1.0, or a
+  ``Connection: close`` either way), the app hears ``http.disconnect`` only once the ``send``
+  of the last message has returned, so the close really happens;
+- each request marks its connection busy, and idle again once answered, for the keep-alive
+  idle timeout that ``runtime.connections`` keeps (hypercorn's own timer is not restarted
+  after the first request, see below);
 - a request with both ``Content-Length`` and ``Transfer-Encoding`` gets a 400
   ``invalid_request`` and the connection is closed (RFC 9112 section 6.1), without calling
   the app: whatever follows on the connection (a smuggled request) is never read.
+
+A kept-alive exchange is otherwise left as it is: no task, no cancel scope, no extra
+checkpoint, a few checks per ASGI message. (There, the same cancellation stops hypercorn
+from restarting its keep-alive idle timer, a task per request; ``runtime.connections`` keeps
+the idle timeout instead, with a deadline on the connection's cancel scope.)
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from hypercorn.typing import (
     Scope,
 )
 
-from runtime.connections import closing_answer
+from runtime.connections import closing_answer, request_began, request_ended
 from runtime.errors import InvalidRequest
 
 log = logging.getLogger("flowsvc.http")
@@ -73,7 +79,11 @@ def guard_early_responses(app: ASGIFramework, *, max_drain_bytes: int,
             return
         exchange = _Exchange(scope["headers"], scope["http_version"] == "1.0", receive, send,
                              max_drain_bytes, drain_seconds)
-        await app(scope, exchange.receive, exchange.send)
+        request = request_began()
+        try:
+            await app(scope, exchange.receive, exchange.send)
+        finally:
+            request_ended(request)
 
     return guarded
 
@@ -168,11 +178,12 @@ class _Exchange:
         elif message["type"] == "http.response.body" and not message.get("more_body", False):
             if self.unfinished and not self._closing:
                 await self._drain()
-            # hypercorn closes the connection in here, or recycles it and restarts its
-            # keep-alive idle timer: either must finish before quart-trio hears of it.
+            if not (self.unfinished or self._closing):
+                await self._send(message)  # hypercorn recycles the connection in here
+                return
             self._finishing = trio.Event()
             try:
-                await self._send(message)
+                await self._send(message)  # hypercorn closes the connection in here
             finally:
                 self._finishing.set()
             return

@@ -47,8 +47,8 @@ def hypercorn_config(settings: Settings, bind: str) -> HypercornConfig:
     config.graceful_timeout = settings.service.shutdown_grace_seconds
     config.max_app_queue_size = 64
     config.backlog = 1024  # connections the kernel queues before accepting (hypercorn: 100)
-    # Applies between requests only (hypercorn stops the timer while a request is in
-    # flight; runtime.early_response lets it restart after each answer).
+    # hypercorn's own idle timer, until a connection's first request; runtime.connections
+    # keeps the same timeout after that.
     config.keep_alive_timeout = settings.service.keep_alive_timeout_seconds
     return config
 
@@ -122,7 +122,8 @@ async def run_server(settings: Settings, *, bind: str | None = None, handle_sign
         app = guard_early_responses(create_app(service),
                                     max_drain_bytes=settings.service.max_body_bytes)
         descriptors = raise_descriptor_limit()
-        gate = ConnectionGate(connection_cap(settings.service.max_connections, descriptors))
+        gate = ConnectionGate(connection_cap(settings.service.max_connections, descriptors),
+                              settings.service.keep_alive_timeout_seconds)
         _tune_gc()
         binds = await nursery.start(_serve_http, app, config, gate, stop, served)
         log.info("flowsvc serving on %s (at most %d connections; %d descriptors)",

@@ -105,6 +105,18 @@ async def test_a_kept_alive_connection_serves_requests_until_it_is_idle(tmp_path
         assert time.monotonic() - began >= KEEP_ALIVE_SECONDS / 2
 
 
+async def test_a_shutdown_closes_idle_connections_at_once(tmp_path: Path) -> None:
+    async with serving(tmp_path, keep_alive_timeout_seconds="60",
+                       shutdown_grace_seconds="30") as running:
+        idle = await open_after_one_request(running, 10)
+        began = time.monotonic()
+    try:
+        assert time.monotonic() - began < 10  # neither the idle timeout nor the grace
+        assert await all_closed(idle) < 1
+    finally:
+        await close_all(idle)
+
+
 async def test_a_trickled_body_is_cut_after_the_body_timeout(tmp_path: Path) -> None:
     body = json.dumps({"address": "0x" + "ab" * 20}).encode()
     async with serving(tmp_path, body_timeout_seconds=str(BODY_SECONDS)) as running:
