@@ -12,8 +12,9 @@ a thread to the result; past it the caller gets ``Unavailable`` (503). A thread 
 socket cannot be cancelled, and a frozen PostgreSQL never answers, so the deadline is kept
 on the Trio side: the caller stops waiting and abandons the thread. The thread keeps its
 limiter slot until it really ends (so a hung server never gets more than ``db_threads``
-threads), a write it was doing rolls back instead of committing if it had not reached its
-commit yet, and the server side bounds it too: ``statement_timeout`` (the same deadline),
+threads, and once every slot is held so, calls fail at once instead of waiting for one), a
+write it was doing rolls back instead of committing if it had not reached its commit yet,
+and the server side bounds it too: ``statement_timeout`` (the same deadline),
 ``connect_timeout`` and TCP keepalives for a server that vanished. SQLite waits for a lock
 (its busy timeout) for the same deadline.
 """
@@ -108,6 +109,16 @@ class _Abandoned(Exception):
     """Raised in a write's thread when its caller gave up: the transaction rolls back."""
 
 
+class _Call:
+    """One database call: whether its caller gave up on it, whether its thread runs it."""
+
+    __slots__ = ("abandoned", "running")
+
+    def __init__(self) -> None:
+        self.abandoned = False
+        self.running = False
+
+
 class Database:
     """One engine and the thread limiter its calls go through.
 
@@ -124,6 +135,8 @@ class Database:
         self.engine = make_engine(self.url, pool_size=threads, timeout=timeout,
                                   connect_timeout=connect_timeout)
         self.limiter = trio.CapacityLimiter(threads)
+        self.stuck = 0  # abandoned calls whose thread has not ended: they hold their slots
+        self._calls_lock = threading.Lock()
 
     @property
     def dialect(self) -> str:
@@ -137,9 +150,9 @@ class Database:
             transaction then rolls back, unless it was already committing).
         """
         callbacks: list[Callable[[], None]] = []
-        abandoned = threading.Event()
-        result = await self._in_thread(abandoned, partial(self._write_sync, fn, callbacks,
-                                                          abandoned), *args)
+        call = _Call()
+        result = await self._in_thread(call, partial(self._write_sync, fn, callbacks, call),
+                                       *args)
         for callback in callbacks:
             callback()
         return result
@@ -149,7 +162,7 @@ class Database:
 
         :raises Unavailable: the database cannot be reached or did not answer in time.
         """
-        return await self._in_thread(threading.Event(), self._read_sync, fn, *args)
+        return await self._in_thread(_Call(), self._read_sync, fn, *args)
 
     async def ping(self, *, timeout: float | None = None) -> None:
         """Check the database answers.
@@ -157,19 +170,18 @@ class Database:
         :param timeout: a deadline shorter than the usual one (a readiness probe's).
         :raises Unavailable: it does not, or not within the deadline.
         """
-        await self._in_thread(threading.Event(), self._read_sync, _select_one,
-                              timeout=timeout)
+        await self._in_thread(_Call(), self._read_sync, _select_one, timeout=timeout)
 
     def dispose(self) -> None:
         self.engine.dispose()
 
     def _write_sync(self, fn: Callable[..., T], callbacks: list[Callable[[], None]],
-                    abandoned: threading.Event, *args: Any) -> T:
+                    call: _Call, *args: Any) -> T:
         with self.engine.connect() as connection:
             connection.info.pop(AFTER_COMMIT, None)
             with connection.begin():
                 result = fn(connection, *args)
-                if abandoned.is_set():
+                if call.abandoned:
                     raise _Abandoned  # the caller answered 503: do not commit behind it
             callbacks.extend(connection.info.pop(AFTER_COMMIT, []))
             return result
@@ -180,14 +192,19 @@ class Database:
             with connection.begin():
                 return fn(connection, *args)
 
-    async def _in_thread(self, abandoned: threading.Event, fn: Callable[..., T], *args: Any,
+    async def _in_thread(self, call: _Call, fn: Callable[..., T], *args: Any,
                          timeout: float | None = None) -> T:
+        if self.stuck >= self.limiter.total_tokens:
+            # Every thread waits for a database that does not answer: say so at once
+            # rather than after a deadline spent waiting for a slot.
+            raise Unavailable("the database is not answering")
         # Only the deadline abandons the thread: the shield keeps an outer cancellation (a
         # client gone, a shutdown) waiting for the call as before, for at most the deadline.
         timeout = self.timeout if timeout is None else min(timeout, self.timeout)
         with trio.CancelScope(shield=True), trio.move_on_after(timeout) as deadline:
             try:
-                return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter,
+                return await trio.to_thread.run_sync(self._run, call, fn, *args,
+                                                     limiter=self.limiter,
                                                      abandon_on_cancel=True)
             except (OperationalError, DBAPIError) as exc:
                 if isinstance(exc, DBAPIError) and not exc.connection_invalidated \
@@ -197,9 +214,26 @@ class Database:
                             type(exc.orig).__name__ if exc.orig else exc)
                 raise Unavailable("the database is unavailable") from exc
         assert deadline.cancelled_caught
-        abandoned.set()
+        with self._calls_lock:
+            call.abandoned = True
+            if call.running:  # else it never started (no slot) or has ended
+                self.stuck += 1
         log.warning("database call abandoned after %g s", timeout)
         raise Unavailable(f"the database did not answer within {timeout:g} s")
+
+    def _run(self, call: _Call, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread, noting while it runs."""
+        with self._calls_lock:
+            if call.abandoned:
+                raise _Abandoned  # the caller gave up before this thread started
+            call.running = True
+        try:
+            return fn(*args)
+        finally:
+            with self._calls_lock:
+                call.running = False
+                if call.abandoned:
+                    self.stuck -= 1
 
 
 def _select_one(connection: Connection) -> Any:

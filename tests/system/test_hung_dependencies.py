@@ -11,6 +11,7 @@ down in ``docs/failure-behaviour.md``.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ class Seen:
     statuses: Counter[int] = field(default_factory=Counter)
     slowest: float = 0.0
     slowest_503: float = 0.0
+    times_503: list[float] = field(default_factory=list)
     bad: list[str] = field(default_factory=list)
     down: set[str] = field(default_factory=set)
 
@@ -53,6 +55,7 @@ class Seen:
         self.slowest = max(self.slowest, took)
         if response.status_code == 503:
             self.slowest_503 = max(self.slowest_503, took)
+            self.times_503.append(took)
             if response.json()["error"]["code"] != "unavailable" \
                     or not response.headers.get("retry-after", "").isdigit():
                 self.bad.append(response.text[:200])
@@ -88,8 +91,9 @@ async def flow_while_frozen(http: httpx.AsyncClient, routes: list[tuple[str, str
             await trio.sleep(FREEZE_SECONDS)
             done.set()
     for name, route in seen.items():
-        print(f"{name}: {dict(route.statuses)}, slowest 503 {route.slowest_503:.2f} s, "
-              f"slowest answer {route.slowest:.2f} s")
+        median = statistics.median(route.times_503) if route.times_503 else 0.0
+        print(f"{name}: {dict(route.statuses)}, 503 in {median:.2f} s (median), at most "
+              f"{route.slowest_503:.2f} s; slowest answer {route.slowest:.2f} s")
     return seen
 
 
