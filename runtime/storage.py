@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runtime.errors import Unavailable
@@ -72,8 +72,12 @@ def make_engine(url: str, pool_size: int, *, timeout: float = 5.0,
         event.listen(engine, "connect", partial(_sqlite_on_connect, timeout))
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
+    # Added to the URL's own ``options`` (a search_path, say), which connect_args replace.
+    options = make_url(url).query.get("options", "")
+    options = " ".join([*([options] if isinstance(options, str) else options),
+                        f"-c statement_timeout={int(timeout * 1000)}"]).strip()
     connect_args = {**_KEEPALIVE_OPTIONS, "connect_timeout": max(2, round(connect_timeout)),
-                    "options": f"-c statement_timeout={int(timeout * 1000)}"}
+                    "options": options}
     return create_engine(url, pool_size=pool_size, max_overflow=2, pool_pre_ping=True,
                          pool_timeout=timeout, connect_args=connect_args)
 
