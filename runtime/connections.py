@@ -37,6 +37,7 @@ from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr
 
 from runtime.errors import Unavailable
+from runtime.metrics import Metrics
 
 log = logging.getLogger("flowsvc.server")
 
@@ -92,35 +93,35 @@ class ConnectionGate:
     :param limit: the most connections served at once.
     :param idle_seconds: how long a connection may stay without a request in flight
         (``service.keep_alive_timeout_seconds``).
+    :param metrics: where open and refused connections are counted.
     """
 
-    def __init__(self, limit: int, idle_seconds: float) -> None:
+    def __init__(self, limit: int, idle_seconds: float, metrics: Metrics) -> None:
         self.limit = limit
         self.idle_seconds = idle_seconds
+        self._metrics = metrics
         self._connections: set[_Connection] = set()
-        self.open = 0
-        self.refused = 0
         self._refusal = _refusal()
 
     async def handle(self, serve: Callable[[trio.SocketStream], Awaitable[None]],
                      stream: trio.SocketStream) -> None:
         """Serve ``stream`` with ``serve``, or refuse it when ``limit`` are open already.
         The caller (``trio.serve_listeners``) closes the stream afterwards."""
-        if self.open >= self.limit:
-            self.refused += 1
+        if len(self._connections) >= self.limit:
+            self._metrics.refused_connections.inc()
             await self._refuse(stream)
             return
         scope = trio.CancelScope()
         connection = _Connection(stream, scope, self.idle_seconds)
         _CONNECTION.set(connection)  # hypercorn starts the app's tasks from this task
-        self.open += 1
         self._connections.add(connection)
+        self._metrics.open_connections.inc()
         try:
             with scope:
                 await serve(cast(trio.SocketStream, connection))
         finally:
             self._connections.discard(connection)
-            self.open -= 1
+            self._metrics.open_connections.dec()
 
     def close_idle(self) -> None:
         """Close every connection without a request in flight, now and as soon as one

@@ -123,7 +123,7 @@ async def run_server(settings: Settings, *, bind: str | None = None, handle_sign
                                     max_drain_bytes=settings.service.max_body_bytes)
         descriptors = raise_descriptor_limit()
         gate = ConnectionGate(connection_cap(settings.service.max_connections, descriptors),
-                              settings.service.keep_alive_timeout_seconds)
+                              settings.service.keep_alive_timeout_seconds, service.metrics)
         _tune_gc()
         binds = await nursery.start(_serve_http, app, config, gate, stop, served)
         log.info("flowsvc serving on %s (at most %d connections; %d descriptors)",

@@ -164,6 +164,10 @@ async def test_connections_past_the_cap_are_refused_with_a_503(tmp_path: Path) -
             assert answer.headers["connection"] == "close"
             assert await refused.closed_by_server()
             await refused.stream.aclose()
+            await held[0].send(b"GET /metrics HTTP/1.1\r\nHost: flowsvc.test\r\n\r\n")
+            metrics = (await held[0].answer()).body.decode()
+            assert f"flowsvc_http_connections {CAP}.0" in metrics
+            assert "flowsvc_http_connections_refused_total 1.0" in metrics
             await held.pop().stream.aclose()  # a slot frees up: a new client is served
             with trio.fail_after(DEADLINE):
                 while True:
