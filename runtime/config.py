@@ -55,6 +55,11 @@ class ServiceSettings(Section):
     max_body_bytes: int = Field(1_048_576, ge=1024)
     shutdown_grace_seconds: float = Field(10.0, ge=0)
     db_threads: int = Field(4, ge=1, le=64)
+    # Connections (docs/failure-behaviour.md, "Idle and slow clients").
+    keep_alive_timeout_seconds: float = Field(75.0, gt=0)
+    body_timeout_seconds: float = Field(30.0, gt=0)
+    max_connections: int = Field(0, ge=0)  # 0: the descriptor limit less a reserve
+    readiness_timeout_seconds: float = Field(2.0, gt=0)
     trusted_proxies: list[str] = []
     cookie_secure: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -104,6 +109,9 @@ def url_of_bind(bind: str) -> str:
 class DatabaseSettings(Section):
     url: str = ""
     migrate_on_start: bool = True
+    # Deadlines (docs/failure-behaviour.md, "Hung dependencies").
+    connect_timeout_seconds: float = Field(3.0, ge=2)  # libpq counts whole seconds, at least 2
+    timeout_seconds: float = Field(5.0, gt=0)
 
     @field_validator("url")
     @classmethod
@@ -115,6 +123,8 @@ class DatabaseSettings(Section):
 class RedisSettings(Section):
     url: str = ""
     prefix: str = Field("flowsvc:", min_length=1, max_length=64)
+    connect_timeout_seconds: float = Field(2.0, gt=0)
+    timeout_seconds: float = Field(2.0, gt=0)
 
     @field_validator("url")
     @classmethod

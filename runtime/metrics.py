@@ -64,7 +64,8 @@ class RequestStats:
 
 
 class Metrics:
-    """The core collectors: HTTP traffic, actor restarts, mailbox depths and failed parts."""
+    """The core collectors: HTTP traffic and connections, actor restarts, mailbox depths and
+    failed parts."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -82,6 +83,11 @@ class Metrics:
         self.part_failures = Counter(
             "flowsvc_part_failures", "Times each part of the service went down",
             ["part"], registry=self.registry)
+        self.open_connections = Gauge(
+            "flowsvc_http_connections", "Open client connections", registry=self.registry)
+        self.refused_connections = Counter(
+            "flowsvc_http_connections_refused",
+            "Connections refused at service.max_connections", registry=self.registry)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every collector."""
