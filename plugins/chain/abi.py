@@ -8,8 +8,9 @@ overhead, which matters when the indexer decodes a range full of events. Amounts
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from eth_abi.abi import decode, encode
@@ -23,6 +24,8 @@ from eth_utils.abi import (
 from eth_utils.address import to_checksum_address
 
 Abi = dict[str, Any]
+WORD = 32
+WordReader = Callable[[bytes], Any]
 
 
 class AbiDecodeError(ValueError):
@@ -61,6 +64,16 @@ class Event:
         self._indexed = [param for param in abi["inputs"] if param["indexed"]]
         self._plain = [param for param in abi["inputs"] if not param["indexed"]]
         self._plain_types = _types(self._plain)
+        # Built once: each indexed argument's reader (None: a dynamic type, kept as its
+        # hash), and the plain arguments' readers when every one is a 32-byte word.
+        self._topic_readers = [None if parse_type(kind).is_dynamic else
+                               word_reader(kind) or _eth_abi_reader(kind, self.name)
+                               for kind in _types(self._indexed)]
+        plain = [word_reader(kind) for kind in self._plain_types]
+        self._plain_readers = None if None in plain else [
+            reader for reader in plain if reader is not None]
+        self._checksummed = {param["name"] for param in abi["inputs"]
+                             if param["type"] == "address"}
 
     def decode_args(self, topics: Sequence[bytes], data: bytes) -> dict[str, Any]:
         """Return the event's arguments by name, in the ABI's order; addresses checksummed.
@@ -74,14 +87,22 @@ class Event:
             raise AbiDecodeError(f"{self.name} has {len(self._indexed)} indexed arguments, "
                                  f"the log {len(topics) - 1}")
         values: dict[str, Any] = {}
-        for param, topic in zip(self._indexed, topics[1:], strict=True):
-            kind = collapse_if_tuple(param)
-            values[param["name"]] = (topic if parse_type(kind).is_dynamic
-                                     else _decode([kind], topic, self.name)[0])
-        plain = _decode(self._plain_types, data, self.name)
+        for param, topic, read in zip(self._indexed, topics[1:], self._topic_readers,
+                                      strict=True):
+            if read is None:
+                values[param["name"]] = topic
+            elif len(topic) != WORD:
+                raise AbiDecodeError(f"{self.name}: a topic of {len(topic)} bytes")
+            else:
+                values[param["name"]] = read(topic)
+        if self._plain_readers is None:
+            plain = _decode(self._plain_types, data, self.name)
+        else:
+            plain = read_words(self._plain_readers, data, self.name)
         values.update(zip((param["name"] for param in self._plain), plain, strict=True))
-        return {param["name"]: _typed(param, values[param["name"]])
-                for param in self.abi["inputs"]}
+        return {name: checksum_address(value) if name in self._checksummed else value
+                for name, value in ((param["name"], values[param["name"]])
+                                    for param in self.abi["inputs"])}
 
 
 @dataclass(frozen=True)
@@ -189,8 +210,72 @@ def _types(params: Sequence[Abi]) -> list[str]:
     return [collapse_if_tuple(param) for param in params]
 
 
-def _typed(param: Abi, value: Any) -> Any:
-    return to_checksum_address(value) if param["type"] == "address" else value
+# Every 32-byte-word value (uints, bools, addresses, bytesN) is read by hand: eth_abi's
+# generic codec costs tens of microseconds a value, and the indexer and the on-chain reads
+# decode thousands of them (tests/plugins/chain/test_abi.py compares both).
+
+
+def word_reader(kind: str) -> WordReader | None:
+    """How to read one static ABI value of ``kind`` from its word, with eth_abi's checks, or
+    None for a kind that is not one word read here."""
+    if kind == "bool":
+        return _bool_word
+    if kind == "address":
+        return _address_word
+    if kind.startswith("uint") and kind[4:].isdigit():
+        bits = int(kind[4:])
+        return lambda word: _uint_word(word, bits)
+    if kind.startswith("bytes") and kind[5:].isdigit():
+        size = int(kind[5:])
+        return lambda word: _bytes_word(word, size)
+    return None
+
+
+def read_words(readers: Sequence[WordReader], data: bytes, what: str) -> tuple[Any, ...]:
+    """The values of an answer made only of words (``word_reader``'s), one per reader.
+
+    :raises AbiDecodeError: ``data`` is shorter than the words or a word is out of range.
+    """
+    if len(data) < WORD * len(readers):
+        raise AbiDecodeError(f"{what}: {len(data)} bytes, expected {WORD * len(readers)}")
+    return tuple(read(data[WORD * at:WORD * (at + 1)]) for at, read in enumerate(readers))
+
+
+@lru_cache(maxsize=65_536)
+def checksum_address(address: str) -> str:
+    """EIP-55 checksummed ``address`` (a keccak each: the same few addresses recur in every
+    log and answer, so they are kept)."""
+    return to_checksum_address(address)
+
+
+def _uint_word(word: bytes, bits: int) -> int:
+    value = int.from_bytes(word, "big")
+    if value >> bits:
+        raise AbiDecodeError(f"uint{bits} out of range: {value}")
+    return value
+
+
+def _bool_word(word: bytes) -> bool:
+    value = int.from_bytes(word, "big")
+    if value > 1:
+        raise AbiDecodeError(f"a bool must be 0 or 1, got {value}")
+    return value == 1
+
+
+def _address_word(word: bytes) -> str:
+    if any(word[:12]):
+        raise AbiDecodeError("an address word with non-zero padding")
+    return "0x" + word[12:].hex()
+
+
+def _bytes_word(word: bytes, size: int) -> bytes:
+    if any(word[size:]):
+        raise AbiDecodeError(f"a bytes{size} word with non-zero padding")
+    return word[:size]
+
+
+def _eth_abi_reader(kind: str, what: str) -> WordReader:
+    return lambda word: _decode([kind], word, what)[0]
 
 
 def _decode(types: Sequence[str], data: bytes, what: str) -> tuple[Any, ...]:

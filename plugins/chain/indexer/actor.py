@@ -256,6 +256,21 @@ class ChainIndexer:
     # ---- history: final ranges
 
     async def history(self, first: int, last: int) -> None:
+        """Index final blocks ``first..last`` range by range. Each range's transaction runs in
+        the background while the next range is read from the node (``_Committing``); ranges
+        still commit one after the other, and nothing commits after one that failed."""
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            committing = _Committing(nursery, self.commit)
+            try:
+                await self.ranges(first, last, committing)
+                await committing.wait()
+            except Exception as raised:  # raised as itself, not in an exception group
+                error = raised
+        if error is not None:
+            raise error
+
+    async def ranges(self, first: int, last: int, committing: _Committing) -> None:
         async with self.node.walk(self.followed.addresses(), [], first, last) as chunks:
             async for _start, end, raw in chunks:
 
@@ -267,12 +282,15 @@ class ChainIndexer:
                                                  hex(end))
                 header = await self.canonical_header(end)
                 if header is None:
+                    await committing.wait()
                     assert self.cursor.head is not None
                     await self.reorg(self.cursor.head.number)
                     return
                 work = await self.final_work(self.first_unfinal(), end)
-                await self.commit(Step(logs, [header], header, end,
-                                       partial(run_final, self.service, self.chain, work)))
+                await committing.wait()
+                committing.start(Step(logs, [header], header, end,
+                                      partial(run_final, self.service, self.chain, work)))
+                # The next range is checked against this one's block: the cursor it commits.
                 self.cursor = Cursor(header, end, {end: header})
                 if grew:
                     return  # the next ranges follow the new contracts too
@@ -425,6 +443,40 @@ class ChainIndexer:
         self.metrics.indexed_block.labels(self.chain.name).set(step.head.number)
         self.status.indexed = step.head.number
         self.status.final = step.final_number
+
+class _Committing:
+    """At most one step committing in the background (in ``nursery``); ``wait`` returns once
+    it is stored and raises what it raised."""
+
+    def __init__(self, nursery: trio.Nursery,
+                 commit: Callable[[Step], Awaitable[None]]) -> None:
+        self.nursery = nursery
+        self.commit = commit
+        self.done: trio.Event | None = None
+        self.error: Exception | None = None
+
+    def start(self, step: Step) -> None:
+        assert self.done is None, "one step at a time"
+        done = self.done = trio.Event()
+
+        async def run() -> None:
+            try:
+                await self.commit(step)
+            except Exception as error:  # raised by wait(), in the indexer's own task
+                self.error = error
+            finally:
+                done.set()
+
+        self.nursery.start_soon(run)
+
+    async def wait(self) -> None:
+        if self.done is not None:
+            await self.done.wait()
+            self.done = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
 
 def _waitable(error: BaseException) -> bool:
     """An outage to wait out: the database or every RPC URL down, a range refused again and

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from plugins.chain.indexer import derive
-from plugins.chain.indexer.logs import Followed, RawLog
+from plugins.chain.indexer.logs import LOG_COLUMNS, Followed, RawLog
 from plugins.chain.tables import blocks, cursors, logs, tokens, unreadable_tokens
 from runtime.errors import Unavailable
 from runtime.wire import utcnow
@@ -118,7 +118,7 @@ def commit_step(connection: Connection, chain_id: int, owner: str, lease_seconds
     """
     hold_lease(connection, chain_id, owner, lease_seconds)
     if step.logs:
-        connection.execute(insert(logs), [
+        insert_logs(connection, [
             log.row(chain_id, followed.instance_of(log.address), _event_name(log))
             for log in step.logs])
         derive.apply(connection, chain_id, followed, step.logs, 1)
@@ -133,6 +133,24 @@ def commit_step(connection: Connection, chain_id: int, owner: str, lease_seconds
         step.on_final(connection)
     connection.execute(delete(blocks).where(blocks.c.chain_id == chain_id,
                                             blocks.c.number < step.final_number))
+
+
+def insert_logs(connection: Connection, rows: Sequence[tuple[object, ...]]) -> None:
+    """Insert ``rows`` (``RawLog.row``'s, in ``LOG_COLUMNS`` order) in one statement: ``COPY``
+    on PostgreSQL, the driver's ``executemany`` on SQLite. SQLAlchemy's own per-row handling
+    of a many-row insert cost more than the insert itself (``docs/performance.md``)."""
+    columns = ", ".join(LOG_COLUMNS)
+    if connection.dialect.name == "postgresql":
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        with driver.cursor() as cursor, cursor.copy(
+                f"COPY {logs.name} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        return
+    marks = ", ".join("?" * len(LOG_COLUMNS))
+    connection.exec_driver_sql(f"INSERT INTO {logs.name} ({columns}) VALUES ({marks})",
+                               list(rows))
 
 
 def roll_back(connection: Connection, chain_id: int, owner: str, lease_seconds: float,
