@@ -11,9 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from eth_utils.address import to_checksum_address
-
-from plugins.chain.abi import Function, Interface
+from plugins.chain.abi import Function, Interface, checksum_address
 from plugins.chain.contracts import (
     BONDING,
     DPNM_INSTANCE,
@@ -142,18 +140,18 @@ def _bool(values: tuple[Any, ...]) -> bool:
 
 
 def _address(values: tuple[Any, ...]) -> str:
-    return to_checksum_address(values[0])
+    return checksum_address(values[0])
 
 
 def _addresses(values: Sequence[Any]) -> list[str]:
-    return [to_checksum_address(value) for value in values]
+    return [checksum_address(value) for value in values]
 
 
 def _token_info(values: tuple[Any, ...]) -> TokenInfo:
     creator, token, pair, agent_token = _addresses(values[:4])
     data_token, *data_rest = values[4]
     return TokenInfo(creator, token, pair, agent_token,
-                     TokenData(to_checksum_address(data_token), *data_rest), *values[5:])
+                     TokenData(checksum_address(data_token), *data_rest), *values[5:])
 
 
 def _view(interface: Interface, name: str, convert: Callable[[tuple[Any, ...]], T]) -> View[T]:

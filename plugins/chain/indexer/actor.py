@@ -153,6 +153,7 @@ class ChainIndexer:
                                                  self.lease_seconds)
             if cursor is not None:
                 self.renewed_at = trio.current_time()
+                self.status.indexed_hash = cursor.head.hash if cursor.head else None
                 if self.status.state != "indexing":
                     log.info("chain %s: this process indexes the chain", self.chain.name)
                     self.status.state = "indexing"
@@ -379,6 +380,7 @@ class ChainIndexer:
         self.metrics.reorg_depth.labels(self.chain.name).observe(depth)
         log.warning("chain %s: reorg: %d block(s) after %d (%s) rolled back", self.chain.name,
                     depth, stored.number, stored.hash)
+        self.status.indexed_hash = stored.hash
         self.cursor = Cursor(stored, final, {n: block for n, block in self.cursor.recent.items()
                                              if n <= stored.number})
 
@@ -442,6 +444,7 @@ class ChainIndexer:
         self.metrics.logs.labels(self.chain.name).inc(len(step.logs))
         self.metrics.indexed_block.labels(self.chain.name).set(step.head.number)
         self.status.indexed = step.head.number
+        self.status.indexed_hash = step.head.hash
         self.status.final = step.final_number
 
 class _Committing:
