@@ -21,11 +21,12 @@ from eth_utils.abi import (
     event_signature_to_log_topic,
     function_signature_to_4byte_selector,
 )
-from eth_utils.address import to_checksum_address
+from eth_utils.address import is_address, to_checksum_address
 
 Abi = dict[str, Any]
 WORD = 32
 WordReader = Callable[[bytes], Any]
+WordWriter = Callable[[Any], bytes | None]
 
 
 class AbiDecodeError(ValueError):
@@ -42,10 +43,17 @@ class Function:
         self.selector = function_signature_to_4byte_selector(_canonical(abi))
         self._inputs = _types(abi["inputs"])
         self._outputs = _types(abi["outputs"])
+        writers = [word_writer(kind) for kind in self._inputs]
+        self._writers = None if None in writers else [
+            writer for writer in writers if writer is not None]
 
     def encode(self, *args: Any) -> bytes:
         """Return the call data: selector and arguments. Raises eth_abi's ``EncodingError``
         for arguments that do not fit the types."""
+        if self._writers is not None and len(args) == len(self._writers):
+            words = [write(arg) for write, arg in zip(self._writers, args, strict=True)]
+            if None not in words:
+                return self.selector + b"".join(word for word in words if word is not None)
         return self.selector + encode(self._inputs, args)
 
     def decode(self, data: bytes) -> tuple[Any, ...]:
@@ -229,6 +237,30 @@ def word_reader(kind: str) -> WordReader | None:
         size = int(kind[5:])
         return lambda word: _bytes_word(word, size)
     return None
+
+
+def word_writer(kind: str) -> WordWriter | None:
+    """How to write one static ABI value of ``kind`` as its word (None from the writer for
+    a value it does not take plainly, which eth_abi then encodes or refuses), or None for a
+    kind that is not one word written here."""
+    if kind == "bool":
+        return lambda value: (b"\x00" * 31 + bytes([value])) if type(value) is bool else None
+    if kind == "address":
+        return lambda value: address_word(value) if isinstance(value, str) else None
+    if kind.startswith("uint") and kind[4:].isdigit():
+        bits = int(kind[4:])
+        return lambda value: (value.to_bytes(WORD, "big")
+                              if type(value) is int and 0 <= value < 1 << bits else None)
+    return None
+
+
+@lru_cache(maxsize=65_536)
+def address_word(address: str) -> bytes | None:
+    """``address`` as an ABI word, or None when it is not an address eth_abi takes (a
+    mixed-case one must be a valid checksum)."""
+    if not is_address(address) or len(address) != 42:
+        return None
+    return b"\x00" * 12 + bytes.fromhex(address[2:])
 
 
 def read_words(readers: Sequence[WordReader], data: bytes, what: str) -> tuple[Any, ...]:
