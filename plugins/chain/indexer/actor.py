@@ -44,7 +44,7 @@ from plugins.chain.indexer import store
 from plugins.chain.indexer.final import FinalWork, run_final
 from plugins.chain.indexer.logs import Followed, RawLog, unique_in_order
 from plugins.chain.indexer.node import ChainNode
-from plugins.chain.indexer.store import BlockRef, Cursor, LeaseLost, Step
+from plugins.chain.indexer.store import BlockRef, Cursor, LeaseLost, Step, step_of
 from plugins.chain.logrange import Topics
 from plugins.chain.rpc_errors import RpcDeterministicError, RpcError
 from plugins.chain.settings import ChainConfig
@@ -288,9 +288,10 @@ class ChainIndexer:
                     await self.reorg(self.cursor.head.number)
                     return
                 work = await self.final_work(self.first_unfinal(), end)
+                step = step_of(self.chain.id, self.followed, logs, [header], header, end,
+                               partial(run_final, self.service, self.chain, work))
                 await committing.wait()
-                committing.start(Step(logs, [header], header, end,
-                                      partial(run_final, self.service, self.chain, work)))
+                committing.start(step)
                 # The next range is checked against this one's block: the cursor it commits.
                 self.cursor = Cursor(header, end, {end: header})
                 if grew:
@@ -320,7 +321,8 @@ class ChainIndexer:
         if first_final <= final_number:
             work = await self.final_work(first_final, final_number)
             on_final = partial(run_final, self.service, self.chain, work)
-        await self.commit(Step(logs, [header], header, final_number, on_final))
+        await self.commit(step_of(self.chain.id, self.followed, logs, [header], header,
+                                  final_number, on_final))
         recent = {n: block for n, block in self.cursor.recent.items() if n >= final_number}
         recent[number] = header
         self.cursor = Cursor(header, final_number, recent)
@@ -439,9 +441,9 @@ class ChainIndexer:
 
     async def commit(self, step: Step) -> None:
         await self.service.db.write(store.commit_step, self.chain.id, self.owner,
-                                    self.lease_seconds, self.followed, step)
+                                    self.lease_seconds, step)
         self.renewed_at = trio.current_time()
-        self.metrics.logs.labels(self.chain.name).inc(len(step.logs))
+        self.metrics.logs.labels(self.chain.name).inc(len(step.rows))
         self.metrics.indexed_block.labels(self.chain.name).set(step.head.number)
         self.status.indexed = step.head.number
         self.status.indexed_hash = step.head.hash
