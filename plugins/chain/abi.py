@@ -73,15 +73,20 @@ class Event:
         self._plain = [param for param in abi["inputs"] if not param["indexed"]]
         self._plain_types = _types(self._plain)
         # Built once: each indexed argument's reader (None: a dynamic type, kept as its
-        # hash), and the plain arguments' readers when every one is a 32-byte word.
+        # hash), and the plain arguments' readers when every one is a 32-byte word; address
+        # readers checksum (the ABI's order is rebuilt only when indexed arguments do not
+        # come first).
         self._topic_readers = [None if parse_type(kind).is_dynamic else
-                               word_reader(kind) or _eth_abi_reader(kind, self.name)
+                               _checksummed(word_reader(kind), kind)
+                               or _eth_abi_reader(kind, self.name)
                                for kind in _types(self._indexed)]
-        plain = [word_reader(kind) for kind in self._plain_types]
+        plain = [_checksummed(word_reader(kind), kind) for kind in self._plain_types]
         self._plain_readers = None if None in plain else [
             reader for reader in plain if reader is not None]
-        self._checksummed = {param["name"] for param in abi["inputs"]
-                             if param["type"] == "address"}
+        self._names = [param["name"] for param in self._indexed + self._plain]
+        self._order = [param["name"] for param in abi["inputs"]]
+        self._addresses = [param["name"] for param in self._plain
+                           if param["type"] == "address"]
 
     def decode_args(self, topics: Sequence[bytes], data: bytes) -> dict[str, Any]:
         """Return the event's arguments by name, in the ABI's order; addresses checksummed.
@@ -94,23 +99,25 @@ class Event:
             # e.g. ERC-721's Transfer: same topic0 as ERC-20's, one more indexed argument.
             raise AbiDecodeError(f"{self.name} has {len(self._indexed)} indexed arguments, "
                                  f"the log {len(topics) - 1}")
-        values: dict[str, Any] = {}
-        for param, topic, read in zip(self._indexed, topics[1:], self._topic_readers,
-                                      strict=True):
+        values: list[Any] = []
+        for topic, read in zip(topics[1:], self._topic_readers, strict=True):
             if read is None:
-                values[param["name"]] = topic
+                values.append(topic)
             elif len(topic) != WORD:
                 raise AbiDecodeError(f"{self.name}: a topic of {len(topic)} bytes")
             else:
-                values[param["name"]] = read(topic)
+                values.append(read(topic))
         if self._plain_readers is None:
-            plain = _decode(self._plain_types, data, self.name)
+            values.extend(_decode(self._plain_types, data, self.name))
         else:
-            plain = read_words(self._plain_readers, data, self.name)
-        values.update(zip((param["name"] for param in self._plain), plain, strict=True))
-        return {name: checksum_address(value) if name in self._checksummed else value
-                for name, value in ((param["name"], values[param["name"]])
-                                    for param in self.abi["inputs"])}
+            values.extend(read_words(self._plain_readers, data, self.name))
+        args = dict(zip(self._names, values, strict=True))
+        if self._plain_readers is None:
+            for name in self._addresses:  # eth_abi's: checksummed, as ours
+                args[name] = checksum_address(args[name])
+        if self._names == self._order:
+            return args
+        return {name: args[name] for name in self._order}
 
 
 @dataclass(frozen=True)
@@ -304,6 +311,13 @@ def _bytes_word(word: bytes, size: int) -> bytes:
     if any(word[size:]):
         raise AbiDecodeError(f"a bytes{size} word with non-zero padding")
     return word[:size]
+
+
+def _checksummed(reader: WordReader | None, kind: str) -> WordReader | None:
+    """``reader``, checksumming what it reads when ``kind`` is an address."""
+    if reader is None or kind != "address":
+        return reader
+    return lambda word: checksum_address(reader(word))
 
 
 def _eth_abi_reader(kind: str, what: str) -> WordReader:
