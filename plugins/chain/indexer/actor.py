@@ -41,6 +41,7 @@ import trio
 from plugins.chain import alerts
 from plugins.chain.contracts import ERC20, TEMPLATES
 from plugins.chain.indexer import store
+from plugins.chain.indexer.committing import Committing
 from plugins.chain.indexer.final import FinalWork, run_final
 from plugins.chain.indexer.logs import Followed, RawLog, unique_in_order
 from plugins.chain.indexer.node import ChainNode
@@ -258,11 +259,11 @@ class ChainIndexer:
 
     async def history(self, first: int, last: int) -> None:
         """Index final blocks ``first..last`` range by range. Each range's transaction runs in
-        the background while the next range is read from the node (``_Committing``); ranges
+        the background while the next range is read from the node (``Committing``); ranges
         still commit one after the other, and nothing commits after one that failed."""
         error: Exception | None = None
         async with trio.open_nursery() as nursery:
-            committing = _Committing(nursery, self.commit)
+            committing = Committing(nursery, self.commit)
             try:
                 await self.ranges(first, last, committing)
                 await committing.wait()
@@ -271,7 +272,7 @@ class ChainIndexer:
         if error is not None:
             raise error
 
-    async def ranges(self, first: int, last: int, committing: _Committing) -> None:
+    async def ranges(self, first: int, last: int, committing: Committing) -> None:
         async with self.node.walk(self.followed.addresses(), [], first, last) as chunks:
             async for _start, end, raw in chunks:
 
@@ -448,40 +449,6 @@ class ChainIndexer:
         self.status.indexed = step.head.number
         self.status.indexed_hash = step.head.hash
         self.status.final = step.final_number
-
-class _Committing:
-    """At most one step committing in the background (in ``nursery``); ``wait`` returns once
-    it is stored and raises what it raised."""
-
-    def __init__(self, nursery: trio.Nursery,
-                 commit: Callable[[Step], Awaitable[None]]) -> None:
-        self.nursery = nursery
-        self.commit = commit
-        self.done: trio.Event | None = None
-        self.error: Exception | None = None
-
-    def start(self, step: Step) -> None:
-        assert self.done is None, "one step at a time"
-        done = self.done = trio.Event()
-
-        async def run() -> None:
-            try:
-                await self.commit(step)
-            except Exception as error:  # raised by wait(), in the indexer's own task
-                self.error = error
-            finally:
-                done.set()
-
-        self.nursery.start_soon(run)
-
-    async def wait(self) -> None:
-        if self.done is not None:
-            await self.done.wait()
-            self.done = None
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error
-
 
 def _waitable(error: BaseException) -> bool:
     """An outage to wait out: the database or every RPC URL down, a range refused again and
