@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from runtime.server import Running
 from tests.support.backends import (
@@ -20,6 +21,7 @@ from tests.support.backends import (
     postgres_schema,
     redis_prefix,
 )
+from tests.support.scripted_dns import ScriptedResolver
 from tests.support.server import make_settings, running_server, settings_env
 
 
@@ -62,6 +64,16 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def redis_url(request: pytest.FixtureRequest) -> str:
     """Each shared-state backend: in-process (empty URL) or Redis."""
     return REDIS_URL if request.param == "redis" else ""
+
+
+@pytest.fixture
+async def dns() -> AsyncIterator[ScriptedResolver]:
+    """DNS answers the test sets (``dns.answers[name] = [addresses]``), through trio's own
+    resolver hook, for as long as the test runs."""
+    resolver = ScriptedResolver()
+    previous = trio.socket.set_custom_hostname_resolver(resolver)
+    yield resolver
+    trio.socket.set_custom_hostname_resolver(previous)
 
 
 @pytest.fixture

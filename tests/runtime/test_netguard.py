@@ -6,10 +6,8 @@ own ``set_custom_hostname_resolver`` hook, which our code goes through unchanged
 """
 
 import ipaddress
-from collections.abc import AsyncIterator
 
 import pytest
-import trio
 
 from runtime.netguard import (
     UnsafeUrlError,
@@ -224,14 +222,6 @@ def test_policy_build_refuses_networks_with_host_bits_set() -> None:
 
 
 # --- resolution before each delivery ---------------------------------------------------------
-
-@pytest.fixture
-async def dns() -> AsyncIterator[ScriptedResolver]:
-    resolver = ScriptedResolver()
-    previous = trio.socket.set_custom_hostname_resolver(resolver)
-    yield resolver
-    trio.socket.set_custom_hostname_resolver(previous)
-
 
 async def async_refusal(url: str, policy: UrlPolicy = STRICT) -> str:
     with pytest.raises(UnsafeUrlError) as caught:

@@ -31,14 +31,6 @@ async def web() -> AsyncIterator[FakeWeb]:
         yield site
 
 
-@pytest.fixture
-async def dns() -> AsyncIterator[ScriptedResolver]:
-    resolver = ScriptedResolver()
-    previous = trio.socket.set_custom_hostname_resolver(resolver)
-    yield resolver
-    trio.socket.set_custom_hostname_resolver(previous)
-
-
 async def fetch(url: Any, settings: ProjectsSettings = LOOPBACK_ALLOWED) -> ToolResult:
     context = ToolContext(workspace=Path("/nonexistent"))
     return await fetch_url_tool(settings).run(context, {"url": url})
