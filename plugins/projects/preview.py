@@ -35,6 +35,7 @@ from quart import Response, request
 
 from plugins.projects.engine.ending import preview_url
 from plugins.projects.engine.workspace import Workspace, WorkspaceError
+from plugins.projects.preview_proxy import ServerGone, from_server
 from plugins.projects.records.access import find_project, visible_project
 from plugins.projects.records.projects import Project, get_project_by_id
 from plugins.projects.state import PROJECTS_STATE
@@ -75,12 +76,27 @@ def _host_url(service: Service, base: str, project: Project) -> str:
 
 
 async def _serve_tree(service: Service, project: Project, path: str) -> Response:
-    """The file at ``path`` of the project's work tree (a folder: its ``index.html``).
+    """The answer of the server a run started over the project's work tree, if one runs in
+    this process (``preview_proxy``); otherwise the file at ``path`` of the work tree (a
+    folder: its ``index.html``).
 
     :raises NotFound: the path is refused (``Workspace.resolve``: traversal, ``.git``, a
         symlink out) or names no file.
     """
-    workspace = Workspace(service.state(PROJECTS_STATE).project_workspace(project.id))
+    root = service.state(PROJECTS_STATE).project_workspace(project.id)
+    live = service.sandbox.live_server(root)
+    if live is not None:
+        upstream = "/" + quote(path.lstrip("/"))
+        if request.query_string:
+            upstream += "?" + request.query_string.decode("ascii", "replace")
+        prefix = request.path.removesuffix(path.lstrip("/"))
+        try:
+            return _with_headers(await from_server(
+                live, request.method, upstream, dict(request.headers),
+                prefix if prefix.endswith("/") else prefix + "/"))
+        except ServerGone:
+            pass  # stopped since: the files are what there is
+    workspace = Workspace(root)
     relative = path.strip("/") or "index.html"
     try:
         target = workspace.resolve(relative)

@@ -85,7 +85,7 @@ async def test_a_model_run_with_an_unknown_tool_then_one_that_errors(
         assert request.body["model"] == "fake-model" and request.body["stream"] is True
         offered = {tool["function"]["name"] for tool in request.body["tools"]}
         assert offered == {"write_file", "read_file", "list_files", "git_commit",
-                           "take_screenshot", "run_command", "fetch_url"}
+                           "take_screenshot", "run_command", "start_preview", "fetch_url"}
 
         failed = await run_to_done(running, http, slug)
         assert names(failed) == ["error", "done"]
@@ -235,7 +235,7 @@ async def test_without_a_sandbox_no_tool_that_needs_it_is_offered(tmp_path: Path
                               extra_env={"FLOWSVC_SANDBOX_ACTIVE": "false"}) as running:
         settings = running.service.state(PROJECTS_STATE).settings
         assert set(offered_tools(running.service, settings)) == {
-            "write_file", "read_file", "list_files", "git_commit"}
+            "write_file", "read_file", "list_files", "git_commit", "fetch_url"}
         async with client(running) as http:
             ready = await http.get("/readyz")
     assert ready.status_code == 200  # the service serves; it offers fewer tools

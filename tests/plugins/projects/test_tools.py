@@ -40,7 +40,7 @@ async def call(context: ToolContext, name: str, args: Any) -> ToolResult:
 
 def test_builtin_tools_offer_object_schemas() -> None:
     assert list(TOOLS) == ["write_file", "read_file", "list_files", "git_commit",
-                           "take_screenshot", "run_command"]
+                           "take_screenshot", "run_command", "start_preview"]
     for tool in TOOLS.values():
         assert tool.parameters["type"] == "object"
         assert set(tool.parameters["required"]) <= set(tool.parameters["properties"])
