@@ -5,7 +5,9 @@ log over one minute, exact across processes with Redis):
 
 - anonymous: ``ip:<client ip>``, ``limits.anonymous_rpm`` (30) per minute;
 - a session (cookie or bearer JWT): ``user:<user id>``, ``limits.authenticated_rpm`` (240);
-- the internal token: ``internal:<token digest>``, ``limits.internal_rpm`` (1000).
+- the internal token: ``internal:<token digest>``, ``limits.internal_rpm`` (1000);
+- an anonymous request a plugin claims with ``flowsvc_request_bucket`` (previews): that
+  plugin's bucket instead of the per-address one.
 
 A full bucket answers 429 ``rate_limited`` with ``Retry-After`` in whole seconds (when the
 oldest counted request leaves the window). A limit of 0 disables its bucket. The client IP
@@ -69,15 +71,20 @@ def bucket_of(principal: Principal | None, client_ip: str, internal_token: str,
 
 
 async def check_request(shared: SharedState, path: str, principal: Principal | None,
-                        client_ip: str, internal_token: str, limits: LimitsSettings) -> None:
-    """Count the request in its bucket.
+                        client_ip: str, internal_token: str, limits: LimitsSettings,
+                        claimed: Bucket | None = None) -> None:
+    """Count the request in its bucket: ``claimed`` (a plugin's, anonymous requests only)
+    when given, else the one ``bucket_of`` names.
 
     :raises RateLimited: the bucket is full; ``Retry-After`` says when a slot frees up.
     :raises Unavailable: Redis cannot be reached (503).
     """
     if path in UNCOUNTED_PATHS:
         return
-    bucket = bucket_of(principal, client_ip, internal_token, limits)
+    if claimed is not None and principal is None:
+        bucket: Bucket | None = claimed if claimed.limit > 0 else None
+    else:
+        bucket = bucket_of(principal, client_ip, internal_token, limits)
     if bucket is None:
         return
     try:
