@@ -36,7 +36,8 @@ preview = lazy_module("plugins.projects.preview")
 def flowsvc_request_bucket(service: Service, request: Request, context: RequestContext
                            ) -> Bucket | None:
     """Anonymous preview requests have a bucket of their own (``preview_rpm``)."""
-    return preview.preview_bucket(service, request, context.client_ip)
+    bucket: Bucket | None = preview.preview_bucket(service, request, context.client_ip)
+    return bucket
 
 
 @hookimpl
