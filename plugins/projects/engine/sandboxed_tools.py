@@ -104,6 +104,9 @@ async def _take_screenshot(context: ToolContext, args: JsonObject) -> ToolResult
     workspace = Workspace(context.workspace)
     await workspace.ensure_repository()
     page_url, server = _page(args)
+    if server is not None and not context.allow_commands:
+        return ToolResult(error="take_screenshot with a command is disabled for this project "
+                                "(it runs commands)")
     page_path = _string_argument(args, "path", default="/" if server else "index.html")
     if server is None:
         page = workspace.resolve(page_path)
