@@ -50,6 +50,7 @@ def service_env(args: argparse.Namespace) -> dict[str, str]:
         "FLOWSVC_SERVICE_LOG_LEVEL": args.log_level,
         # One client hammering two routes must measure them, not a rate bucket.
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
+        "FLOWSVC_PLUGINS_PROJECTS_PREVIEW_RPM": "0",
     }
 
 
