@@ -93,7 +93,11 @@ async def test_the_proxy_passes_little_in_and_out_and_one_server_lives(tmp_path:
         second.scope.cancel()
         await eventually(lambda: _files_again(anonymous, preview))
         assert sandbox.live_server(root) is None
-        assert left_running(root, b"server.py") == []
+
+        async def all_gone() -> bool:  # killed with its whole sandbox, a moment later
+            return left_running(root, b"server.py") == []
+
+        await eventually(all_gone)
 
 
 async def _files_again(http: httpx.AsyncClient, preview: str) -> bool:
