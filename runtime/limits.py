@@ -79,7 +79,7 @@ async def check_request(shared: SharedState, path: str, principal: Principal | N
     :raises RateLimited: the bucket is full; ``Retry-After`` says when a slot frees up.
     :raises Unavailable: Redis cannot be reached (503).
     """
-    if path in UNCOUNTED_PATHS:
+    if path in UNCOUNTED_PATHS and claimed is None:  # a claimed one is no probe (a preview)
         return
     if claimed is not None and principal is None:
         bucket: Bucket | None = claimed if claimed.limit > 0 else None
