@@ -17,7 +17,8 @@ API-key requests are the one exception: the plugin that authenticates a principa
 ``via == "api_key"`` counts it in the owner's ``user:<id>`` bucket (``user_bucket``) itself,
 in the same atomic step as the key's own cap, so that a key request costs one round trip to
 Redis instead of two. Such a request still shares one bucket with the owner's sessions.
-The liveness and readiness probes are never counted: load balancers poll them.
+The liveness and readiness probes are never counted: load balancers poll them (a
+request a plugin claimed is no probe: ``/healthz`` on a preview host is a file).
 """
 
 from __future__ import annotations
