@@ -82,13 +82,18 @@ async def _body(answer: httpx.Response, client: httpx.AsyncClient) -> AsyncItera
     deadline = trio.current_time() + ANSWER_SECONDS
     sent = 0
     try:
+        # Cut by closing the answer, not by leaving the loop: the next read then fails
+        # inside httpcore, whose own body generator ends instead of waiting for the GC.
         async for chunk in answer.aiter_raw():
             sent += len(chunk)
+            if answer.is_closed:
+                continue
             if sent > MAX_BODY_BYTES or trio.current_time() > deadline:
-                break
+                await answer.aclose()
+                continue
             yield chunk
-    except httpx.HTTPError:
-        pass  # the server broke off: the body ends short, as it did
+    except (httpx.HTTPError, httpx.StreamError):
+        pass  # the server broke off, or the cut: the body ends short
     finally:
         await answer.aclose()
         await client.aclose()

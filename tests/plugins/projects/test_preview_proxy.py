@@ -10,6 +10,7 @@ import httpx
 import trio
 
 from plugins.projects.preview import PREVIEW_HEADERS
+from plugins.projects.preview_proxy import MAX_BODY_BYTES
 from plugins.projects.state import PROJECTS_STATE
 from runtime.sandbox import DevServer, LiveServer
 from tests.support.fake_openai import FakeOpenAI, Stall, StreamedTurn
@@ -33,6 +34,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Location", "/elsewhere?a=1")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if self.path == "/endless":  # no length: the body runs until the connection closes
+            self.send_response(200)
+            self.end_headers()
+            for _ in range(25 * 16):
+                self.wfile.write(b"x" * 65536)
             return
         if self.path == "/huge":
             self.send_response(200)
@@ -87,6 +94,9 @@ async def test_the_proxy_passes_little_in_and_out_and_one_server_lives(tmp_path:
         assert moved.headers["location"] == f"{preview}elsewhere?a=1"  # kept under the root
         huge = await anonymous.get(f"{preview}huge")
         assert huge.status_code == 413 and huge.json()["error"]["code"] == "payload_too_large"
+        endless = await anonymous.get(f"{preview}endless")  # cut at the cap, status sent
+        assert endless.status_code == 200 and len(endless.content) <= MAX_BODY_BYTES
+        assert len(endless.content) >= MAX_BODY_BYTES - 65536
         head = await anonymous.head(preview)
         assert head.status_code == 200 and head.headers["content-type"] == "text/x-head"
 
