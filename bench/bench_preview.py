@@ -8,19 +8,31 @@ workspace file cost before previews) and the preview of the same file ``GET
 The goal is a CPU-per-request ratio of at least 0.9: a preview is a file download with other
 headers and one more ``stat``.
 
+Then, server mode: a run (``backend = "openai"`` against a scripted model in a thread of this
+process, whose second turn never comes) calls ``start_preview`` with ``python3 -m http.server``
+serving a page of the same size, and the preview of that run's server is loaded against the
+same file download. Its CPU figure is the service process's only (the sandboxed server and
+socat, which forks per connection, are other processes): the rps ratio is the cost to read.
+
 Run it with ``python -m bench.bench_preview`` (``--help`` lists the knobs). It prints the
 table and writes ``bench/results/preview.json``.
 """
 
 import argparse
+import contextlib
 import datetime
+import json
 import os
+import queue
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
+import trio
 
 from bench.harness import (
     Measured,
@@ -38,6 +50,7 @@ from bench.harness import (
     signed_in,
     write_json,
 )
+from tests.support.fake_openai import FakeOpenAI, Stall, StreamedTurn
 
 INTERNAL_TOKEN = "bench-internal-token-" + "i" * 32
 
@@ -50,27 +63,61 @@ def service_env(args: argparse.Namespace) -> dict[str, str]:
         "FLOWSVC_SERVICE_LOG_LEVEL": args.log_level,
         # One client hammering two routes must measure them, not a rate bucket.
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
+        "FLOWSVC_PLUGINS_PROJECTS_PREVIEW_RPM": "0",
     }
 
 
-def public_project(base_url: str, var_dir: Path, page: bytes) -> str:
-    """A public project of a fresh owner with ``index.html`` = ``page``; its slug."""
+SERVER_PORT = 8080
+SERVER_MARK = b"<!--served-->"
+
+
+@contextlib.contextmanager
+def scripted_model() -> Iterator[str]:
+    """A model whose first turn starts the preview server and whose second never comes, in a
+    daemon thread (gone with this process); its base URL."""
+    arguments = {"command": f"exec python3 -m http.server {SERVER_PORT} --bind 127.0.0.1 "
+                            "--directory served", "port": SERVER_PORT}
+    model = FakeOpenAI([StreamedTurn("", [("start_preview", json.dumps(arguments))]),
+                        Stall(3600)])
+    found: queue.Queue[str] = queue.Queue()
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+            found.put(await nursery.start(model.serve))
+
+    threading.Thread(target=trio.run, args=(serve,), daemon=True).start()
+    yield found.get(timeout=30)
+
+
+def public_project(base_url: str, var_dir: Path, page: bytes, *, served: bool = False) -> str:
+    """A public project of a fresh owner with ``index.html`` = ``page``; its slug. With
+    ``served``, also ``served/index.html`` (as long, marked), and a run is started whose
+    preview server serves it; returns once the preview shows it."""
     with httpx.Client(base_url=base_url, timeout=30) as owner, \
             httpx.Client(base_url=base_url, timeout=30) as internal:
         signed_in(owner)
         address = owner.get("/me").json()["user"]["address"]
-        internal.put("/internal/tokens/bench", headers={
+        name = "served" if served else "bench"
+        internal.put(f"/internal/tokens/{name}", headers={
             "Authorization": f"Bearer {INTERNAL_TOKEN}"}, json={
             "ownerAddress": address, "template": "dpnm", "chainId": 56,
-            "instance": "0x" + "be" * 20}).raise_for_status()
+            "instance": "0x" + ("bf" if served else "be") * 20}).raise_for_status()
         created = owner.post("/projects", json={
-            "tokenSlug": "bench", "title": "Bench", "brief": "A page to serve.",
+            "tokenSlug": name, "title": name.title(), "brief": "A page to serve.",
             "agentTemplate": "fullstack-builder"})
         created.raise_for_status()
         project = created.json()
-    root = var_dir / "workspaces" / project["id"]
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "index.html").write_bytes(page)
+        root = var_dir / "workspaces" / project["id"]
+        (root / "served").mkdir(parents=True, exist_ok=True)
+        (root / "index.html").write_bytes(page)
+        (root / "served" / "index.html").write_bytes(SERVER_MARK + page[len(SERVER_MARK):])
+        if served:
+            owner.post(f"/projects/{project['slug']}/start").raise_for_status()
+            deadline = time.monotonic() + 60
+            while SERVER_MARK not in owner.get(f"/projects/{project['slug']}/preview/").content:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the run's preview server did not answer within 60 s")
+                time.sleep(0.2)
     return str(project["slug"])
 
 
@@ -117,12 +164,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     page = (b"<!doctype html><title>bench</title><script>document.title='ran'</script>"
             + b"x" * args.page_bytes)[:args.page_bytes]
-    with tempfile.TemporaryDirectory(prefix="flowsvc-bench-preview-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="flowsvc-bench-preview-") as scratch, \
+            scripted_model() as model_url:
+        Path(scratch).chmod(0o711)  # the sandbox uid reaches the work trees by path
         var_dir = Path(scratch) / "var"
-        with flowsvc_server(service_env(args), var_dir) as service:
+        env = {**service_env(args), "FLOWSVC_PLUGINS_PROJECTS_BACKEND": "openai",
+               "FLOWSVC_PLUGINS_PROJECTS_MODEL_BASE_URL": model_url,
+               "FLOWSVC_PLUGINS_PROJECTS_MODEL": "bench",
+               "FLOWSVC_PLUGINS_PROJECTS_MODEL_TIMEOUT_SECONDS": "3600"}
+        with flowsvc_server(env, var_dir) as service:
             slug = public_project(service.base_url, var_dir, page)
             measured = measure_two_paths(
                 service, f"/projects/{slug}/files/index.html", f"/projects/{slug}/preview/",
+                rounds=args.rounds, duration_s=args.duration, connections=args.connections)
+            served = public_project(service.base_url, var_dir, page, served=True)
+            server_mode = measure_two_paths(
+                service, f"/projects/{served}/files/index.html", f"/projects/{served}/preview/",
                 rounds=args.rounds, duration_s=args.duration, connections=args.connections)
 
     report_measured(
@@ -130,6 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"({args.page_bytes}-byte page, SQLite): {args.rounds} rounds of {args.duration} s, "
         f"{args.connections} connections, median of each (goal: CPU ratio >= 0.9)",
         measured, "file download", "preview")
+    report_measured(
+        "server mode: GET /projects/<slug>/preview/ proxied to a run's python3 -m http.server "
+        "vs the file download (service process CPU only)", server_mode, "file download",
+        "preview (server)")
     path = write_json(args.json, {
         "command": " ".join(
             ["python -m bench.bench_preview", *(sys.argv[1:] if argv is None else argv)]),
@@ -137,7 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "measured": measured,
         "ratios": measured.ratios(),
-        "summary": [goal_row("preview vs file download CPU ratio", measured.cpu_ratio, 0.9)],
+        "server_mode": server_mode,
+        "server_mode_ratios": server_mode.ratios(),
+        "load_average": Path("/proc/loadavg").read_text(encoding="ascii").split()[:3],
+        "summary": [goal_row("preview vs file download CPU ratio", measured.cpu_ratio, 0.9),
+                    {"figure": "preview of a run's server vs file download, rps ratio",
+                     "value": server_mode.ratios()["rps_ratio"], "goal": "", "met": None}],
     })
     print(f"results written to {path}")
     return 0

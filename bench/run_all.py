@@ -29,6 +29,8 @@ ARGUMENTS: dict[str, list[str]] = {
     "bench.bench_marketplace": ["--agents", "20000", "--deep", "18000", "--duration", "3"],
     "bench.bench_onchain": ["--rounds", "2", "--duration", "3"],
     "bench.bench_pipeline": ["--requests", "200", "--warmup", "100", "--no-in-process"],
+    "bench.bench_preview": ["--duration", "3", "--rounds", "3"],
+    "bench.bench_sandbox": ["--commands", "40", "--shots", "3"],
     "bench.bench_session": ["--duration", "3", "--rounds", "3"],
     "bench.bench_webhooks": ["--events", "1000", "--seconds", "6"],
 }

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    import trio
+
     from runtime.sandbox import Sandbox
 
 JsonObject = dict[str, Any]
@@ -27,6 +29,8 @@ class ToolContext:
     directory lies outside it); tools must refuse any path that resolves outside it
     (traversal or symlinks). ``sandbox`` is the service's one sandbox
     (``runtime.sandbox``): any tool that runs a program runs it there, never on the host.
+    ``run_nursery`` lives exactly as long as the run: what a tool starts in it (a preview
+    server) is cancelled when the run ends, however it ends.
     """
 
     workspace: Path
@@ -35,6 +39,7 @@ class ToolContext:
     public_base_url: str = "http://127.0.0.1:8000"
     project_slug: str = ""
     sandbox: Sandbox | None = None
+    run_nursery: trio.Nursery | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from runtime.contracts.chain import FinalTransfer, TransferWatch
     from runtime.events import EventType, OutboundEvent
     from runtime.hooktypes import Command, PluginConfig, ReadinessCheck
+    from runtime.limits import Bucket
     from runtime.principal import Credentials, Principal
     from runtime.service import Service
 
@@ -159,6 +160,21 @@ def flowsvc_before_request(service: Service, request: Request, context: RequestC
     :param request: the request (route template in ``request.url_rule``).
     :param context: the request's context (``context.principal``: the caller or None).
     :raises ServiceError: to refuse the request (429 ``RateLimited``, 402 ...).
+    """
+
+
+@hookspec
+def flowsvc_request_bucket(service: Service, request: Request, context: RequestContext
+                           ) -> Bucket | None:
+    """Count an anonymous request in a bucket of the plugin's own, or None.
+
+    Only for requests a route of the plugin answers with no API data (the projects
+    plugin's previews): the first bucket returned replaces the per-address anonymous one.
+
+    :param service: the running service.
+    :param request: the request (route template in ``request.url_rule``).
+    :param context: the request's context (``context.client_ip``).
+    :return: the bucket (``runtime.limits.Bucket``), or None to count it as usual.
     """
 
 

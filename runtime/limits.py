@@ -5,7 +5,9 @@ log over one minute, exact across processes with Redis):
 
 - anonymous: ``ip:<client ip>``, ``limits.anonymous_rpm`` (30) per minute;
 - a session (cookie or bearer JWT): ``user:<user id>``, ``limits.authenticated_rpm`` (240);
-- the internal token: ``internal:<token digest>``, ``limits.internal_rpm`` (1000).
+- the internal token: ``internal:<token digest>``, ``limits.internal_rpm`` (1000);
+- an anonymous request a plugin claims with ``flowsvc_request_bucket`` (previews): that
+  plugin's bucket instead of the per-address one.
 
 A full bucket answers 429 ``rate_limited`` with ``Retry-After`` in whole seconds (when the
 oldest counted request leaves the window). A limit of 0 disables its bucket. The client IP
@@ -15,7 +17,8 @@ API-key requests are the one exception: the plugin that authenticates a principa
 ``via == "api_key"`` counts it in the owner's ``user:<id>`` bucket (``user_bucket``) itself,
 in the same atomic step as the key's own cap, so that a key request costs one round trip to
 Redis instead of two. Such a request still shares one bucket with the owner's sessions.
-The liveness and readiness probes are never counted: load balancers poll them.
+The liveness and readiness probes are never counted: load balancers poll them (a
+request a plugin claimed is no probe: ``/healthz`` on a preview host is a file).
 """
 
 from __future__ import annotations
@@ -69,15 +72,20 @@ def bucket_of(principal: Principal | None, client_ip: str, internal_token: str,
 
 
 async def check_request(shared: SharedState, path: str, principal: Principal | None,
-                        client_ip: str, internal_token: str, limits: LimitsSettings) -> None:
-    """Count the request in its bucket.
+                        client_ip: str, internal_token: str, limits: LimitsSettings,
+                        claimed: Bucket | None = None) -> None:
+    """Count the request in its bucket: ``claimed`` (a plugin's, anonymous requests only)
+    when given, else the one ``bucket_of`` names.
 
     :raises RateLimited: the bucket is full; ``Retry-After`` says when a slot frees up.
     :raises Unavailable: Redis cannot be reached (503).
     """
-    if path in UNCOUNTED_PATHS:
+    if path in UNCOUNTED_PATHS and claimed is None:  # a claimed one is no probe (a preview)
         return
-    bucket = bucket_of(principal, client_ip, internal_token, limits)
+    if claimed is not None and principal is None:
+        bucket: Bucket | None = claimed if claimed.limit > 0 else None
+    else:
+        bucket = bucket_of(principal, client_ip, internal_token, limits)
     if bucket is None:
         return
     try:

@@ -1,11 +1,12 @@
 """The request pipeline: what every request goes through before and after its route.
 
 In order: a request id; the caller, from the ``flowsvc_authenticate`` hooks; the
-service-wide bucket (``runtime.limits``); the ``flowsvc_before_request`` hooks (the key
+service-wide bucket (``runtime.limits``; an anonymous request may be claimed by a
+``flowsvc_request_bucket`` hook); the ``flowsvc_before_request`` hooks (the key
 meter); ``Idempotency-Key`` for writes; the route; ``flowsvc_after_request``; the metrics and
 one access-log line. Every request pays this, so it is written for the CPU it costs
 (``docs/performance.md`` has the profile): the headers it needs are read in one pass over
-the raw ASGI headers, the three request hooks call their implementations straight instead
+the raw ASGI headers, the request hooks call their implementations straight instead
 of through pluggy's dispatch, metric children are looked up once per label set, and the
 access line is formatted without ``json.dumps``.
 """
@@ -157,6 +158,7 @@ class Pipeline:
         self._authenticate = HookCalls(hooks.flowsvc_authenticate)
         self._before = HookCalls(hooks.flowsvc_before_request)
         self._after = HookCalls(hooks.flowsvc_after_request)
+        self._claim_bucket = HookCalls(hooks.flowsvc_request_bucket)
         self._stats = service.metrics.requests
         self._access = access_writer(access_log)
         # 32 hex digits like a UUID, without os.urandom per request: a random prefix per
@@ -191,8 +193,13 @@ class Pipeline:
             if principal is not None:
                 context.principal = principal
                 break
+        claimed = None
+        if context.principal is None:
+            claimed = next((bucket for bucket in await self._claim_bucket(
+                service, current, context) if bucket is not None), None)
         await limits.check_request(service.shared, current.path, context.principal,
-                                   context.client_ip, settings.internal.token, settings.limits)
+                                   context.client_ip, settings.internal.token, settings.limits,
+                                   claimed)
         await self._before(service, current, context)
         if incoming.idempotency_key is None or current.method not in idempotency.WRITE_METHODS:
             return None

@@ -11,19 +11,33 @@ from typing import TYPE_CHECKING, Any
 
 from plugins.projects.settings import ProjectsSettings
 from runtime.hookspecs import hookimpl
-from runtime.plugin_kit import standard_hooks
+from runtime.plugin_kit import lazy_module, standard_hooks
 
 if TYPE_CHECKING:
-    from quart import Blueprint
+    from quart import Blueprint, Request
 
     from runtime.actors import ActorSpec
     from runtime.agents import AgentTemplate, Tool
+    from runtime.context import RequestContext
     from runtime.contracts import Provision
     from runtime.events import EventType
+    from runtime.limits import Bucket
     from runtime.service import Service
 
 flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
     "projects", ProjectsSettings, "plugins.projects.tables", Path(__file__).parent / "migrations")
+
+
+# What the request hook uses (see lazy_module).
+preview = lazy_module("plugins.projects.preview")
+
+
+@hookimpl
+def flowsvc_request_bucket(service: Service, request: Request, context: RequestContext
+                           ) -> Bucket | None:
+    """Anonymous preview requests have a bucket of their own (``preview_rpm``)."""
+    bucket: Bucket | None = preview.preview_bucket(service, request, context.client_ip)
+    return bucket
 
 
 @hookimpl

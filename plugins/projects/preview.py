@@ -31,15 +31,17 @@ import re
 from urllib.parse import quote, quote_from_bytes, urlsplit
 
 import trio
-from quart import Response, request
+from quart import Request, Response, request
 
 from plugins.projects.engine.ending import preview_url
 from plugins.projects.engine.workspace import Workspace, WorkspaceError
+from plugins.projects.preview_proxy import ServerGone, from_server
 from plugins.projects.records.access import find_project, visible_project
 from plugins.projects.records.projects import Project, get_project_by_id
 from plugins.projects.state import PROJECTS_STATE
 from runtime.errors import MethodNotAllowed, NotFound, PayloadTooLarge
 from runtime.http import current_service
+from runtime.limits import Bucket
 from runtime.openapi import Success, answers
 from runtime.service import Service
 
@@ -51,6 +53,7 @@ PREVIEW_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
+PREVIEW_ENDPOINT = "projects.project_preview"
 _HOST_LABEL = re.compile(r"p([0-9]{1,18})-([a-z2-7]{24})")
 _TOKEN_SEGMENT = re.compile(r"~([a-z2-7]{24})(/.*)?", re.S)
 _TOKEN_CONTEXT = b"flowsvc preview\0"
@@ -75,12 +78,27 @@ def _host_url(service: Service, base: str, project: Project) -> str:
 
 
 async def _serve_tree(service: Service, project: Project, path: str) -> Response:
-    """The file at ``path`` of the project's work tree (a folder: its ``index.html``).
+    """The answer of the server a run started over the project's work tree, if one runs in
+    this process (``preview_proxy``); otherwise the file at ``path`` of the work tree (a
+    folder: its ``index.html``).
 
     :raises NotFound: the path is refused (``Workspace.resolve``: traversal, ``.git``, a
         symlink out) or names no file.
     """
-    workspace = Workspace(service.state(PROJECTS_STATE).project_workspace(project.id))
+    root = service.state(PROJECTS_STATE).project_workspace(project.id)
+    live = service.sandbox.live_server(root)
+    if live is not None:
+        upstream = "/" + quote(path.lstrip("/"))
+        if request.query_string:
+            upstream += "?" + request.query_string.decode("ascii", "replace")
+        prefix = request.path.removesuffix(path.lstrip("/"))
+        try:
+            return _with_headers(await from_server(
+                live, request.method, upstream, dict(request.headers),
+                prefix if prefix.endswith("/") else prefix + "/"))
+        except ServerGone:
+            pass  # stopped since: the files are what there is
+    workspace = Workspace(root)
     relative = path.strip("/") or "index.html"
     try:
         target = workspace.resolve(relative)
@@ -156,28 +174,51 @@ def _host_and_port(url: str) -> tuple[str, int]:
             port if port is not None else _DEFAULT_PORTS.get(parts.scheme, 0))
 
 
-async def serve_preview_host() -> Response | None:
-    """Before any route: a request to a preview host gets its project's preview, or 404;
-    never an API answer. None for every other host, the API's public one always."""
-    service = current_service()
+def _preview_host_label(service: Service, request_host: str) -> str | None:
+    """The first label of ``request_host`` when it is a preview host (a subdomain of
+    ``preview_base_url``'s host, same port, not the API's public host); else None."""
     base = service.state(PROJECTS_STATE).settings.preview_base_url
     if not base:
         return None
     preview_host, preview_port = _host_and_port(base)
     try:
-        host, port = _host_and_port(f"{urlsplit(base).scheme}://{request.host}")
+        host, port = _host_and_port(f"{urlsplit(base).scheme}://{request_host}")
     except ValueError:  # not a port: not a preview host either
         return None
     label, _, parent = host.partition(".")
     if parent != preview_host or port != preview_port \
             or host == _host_and_port(service.settings.service.public_url)[0]:
         return None
+    return label
+
+
+def preview_bucket(service: Service, current: Request, client_ip: str) -> Bucket | None:
+    """The bucket of an anonymous ``GET``/``HEAD`` that only a preview answers (the preview
+    route, or any path on a preview host): ``preview:<address>``, ``preview_rpm`` a minute.
+    Nothing else is claimed, so API answers stay in the anonymous bucket."""
+    if current.method not in ("GET", "HEAD"):
+        return None
+    rule = current.url_rule
+    if not (rule is not None and rule.endpoint == PREVIEW_ENDPOINT) \
+            and _preview_host_label(service, current.host) is None:
+        return None
+    return Bucket(f"preview:{client_ip}", service.state(PROJECTS_STATE).settings.preview_rpm,
+                  "anonymous preview requests per IP")
+
+
+async def serve_preview_host() -> Response | None:
+    """Before any route: a request to a preview host gets its project's preview, or 404;
+    never an API answer. None for every other host, the API's public one always."""
+    service = current_service()
+    label = _preview_host_label(service, request.host)
+    if label is None:
+        return None
     matched = _HOST_LABEL.fullmatch(label)
     project = None
     if matched is not None:
         project = await service.db.read(get_project_by_id, int(matched[1]))
     if project is None or matched is None or not _token_matches(service, project, matched[2]):
-        raise NotFound(f"no preview at {host}")
+        raise NotFound(f"no preview at {request.host}")
     if request.method not in ("GET", "HEAD"):
         raise MethodNotAllowed(f"a preview answers only GET and HEAD, not {request.method}")
     return await _serve_tree(service, project, request.path.lstrip("/"))

@@ -47,6 +47,7 @@ class ProjectsSettings(Section):
     fetch_timeout_seconds: float = Field(15.0, gt=0, le=300)
     fetch_max_bytes: int = Field(1_048_576, ge=1024, le=64 * 1024 * 1024)
     preview_base_url: str = ""
+    preview_rpm: int = Field(600, ge=0)
 
     @field_validator("model_base_url")
     @classmethod

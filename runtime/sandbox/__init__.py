@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,16 +25,30 @@ import trio
 from runtime.config import SandboxSettings
 from runtime.errors import PayloadTooLarge, Unavailable
 from runtime.sandbox.browser import CHROMIUM, Picture, take_picture
-from runtime.sandbox.dev_server import DevServer, with_dev_server
+from runtime.sandbox.dev_server import APP_SOCKET, DevServer, start_dev_server, with_dev_server
 from runtime.sandbox.jail import Identity, Limits, closed_parent, identity_for
 from runtime.sandbox.proxy import PROXY_SOCKET, RegistryProxy
 from runtime.sandbox.runner import Outcome, hand_over, run_sandboxed
 
-__all__ = ["DevServer", "Limits", "Outcome", "Picture", "Sandbox"]
+__all__ = ["DevServer", "Limits", "LiveServer", "Outcome", "Picture", "Sandbox"]
 
 log = logging.getLogger("flowsvc.sandbox")
 Need = Literal["commands", "browser"]
 _PROBE_WORD = b"sandbox-ok"
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    """A build's server started for preview: reached on ``socket`` (the bridge's Unix socket,
+    forwarded inside to the server's ``port``) until ``scope`` is cancelled."""
+
+    server: DevServer
+    socket: Path
+    scope: trio.CancelScope
+
+
+def _live_key(work_tree: Path) -> Path:
+    return work_tree.resolve()
 
 
 class Sandbox:
@@ -49,6 +63,7 @@ class Sandbox:
         self.limits = Limits.from_settings(settings)
         self.reasons: dict[Need, str] = {"commands": "not probed yet",
                                          "browser": "not probed yet"}
+        self._live: dict[Path, LiveServer] = {}
 
     def offers(self, need: Need) -> bool:
         """Whether tools that need ``need`` may be offered."""
@@ -155,6 +170,49 @@ class Sandbox:
                 bridge, seconds / 3, functools.partial(
                     take_picture, work_tree, identity, limits, url, width, height, server,
                     bridge))
+
+    async def serve(self, work_tree: Path, server: DevServer, *,
+                    task_status: trio.TaskStatus[LiveServer] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """Run ``server`` over ``work_tree`` until cancelled; for ``nursery.start``, which
+        returns once it answers (a third of ``browser_seconds`` at most).
+
+        One server per work tree: starting another stops the one before. While it lives,
+        :meth:`live_server` finds it (in this process only). It has the command sandbox's
+        limits but no wall clock: its owner (a run) bounds it by cancelling.
+
+        :raises Unavailable: no command sandbox here, or the server did not answer.
+        """
+        if not self.offers("commands"):
+            raise Unavailable(f"the sandbox is unavailable: {self.reasons['commands']}")
+        key = _live_key(work_tree)
+        previous = self._live.pop(key, None)
+        if previous is not None:
+            previous.scope.cancel()
+        identity = await self._prepare(work_tree, self.limits)
+        failure: Unavailable | None = None
+        async with self._bridge(identity) as bridge, trio.open_nursery() as nursery:
+            try:
+                await start_dev_server(nursery, server, work_tree, identity, self.limits,
+                                       bridge, self.settings.browser_seconds / 3)
+            except Unavailable as exc:  # carried out of the nursery as it is
+                failure = exc
+                nursery.cancel_scope.cancel()
+            else:
+                live = LiveServer(server, bridge / APP_SOCKET, nursery.cancel_scope)
+                self._live[key] = live
+                try:
+                    task_status.started(live)
+                    await trio.sleep_forever()
+                finally:
+                    if self._live.get(key) is live:
+                        del self._live[key]
+        if failure is not None:
+            raise failure
+
+    def live_server(self, work_tree: Path) -> LiveServer | None:
+        """The server :meth:`serve` runs over ``work_tree`` in this process, if any."""
+        return self._live.get(_live_key(work_tree))
 
     async def _prepare(self, work_tree: Path, limits: Limits) -> Identity:
         identity = identity_for(work_tree, self.settings)

@@ -59,6 +59,31 @@ async def _answers(socket_path: Path) -> bool:
     return False
 
 
+async def start_dev_server(nursery: trio.Nursery, server: DevServer, work_tree: Path,
+                           identity: Identity, limits: Limits, bridge: Path,
+                           wait_seconds: float) -> None:
+    """Start ``server`` in a sandbox living in ``nursery`` (cancelling it kills the sandbox)
+    and wait until it answers through ``bridge``.
+
+    :raises Unavailable: the server did not answer within ``wait_seconds``.
+    """
+    argv = ["sh", "-c", f'sh -c "$1" </dev/null >/dev/null 2>&1 & exec socat '
+                        f"UNIX-LISTEN:{BRIDGE}/{APP_SOCKET},fork TCP:127.0.0.1:{server.port}",
+            "sh", server.command]
+    await nursery.start(functools.partial(launch, argv, work_tree, identity, limits,
+                                          stdout=subprocess.DEVNULL, bridge=bridge))
+    with trio.move_on_after(wait_seconds) as waiting:
+        # Polled: the server is another process, with nothing to wait on but its first
+        # answer.
+        while True:
+            if await _answers(bridge / APP_SOCKET):
+                break
+            await trio.sleep(_POLL_SECONDS)
+    if waiting.cancelled_caught:
+        raise Unavailable(f"the dev server did not answer on port {server.port} "
+                          f"within {wait_seconds:g} seconds")
+
+
 async def with_dev_server(server: DevServer, work_tree: Path, identity: Identity,
                           limits: Limits, bridge: Path, wait_seconds: float,
                           body: Callable[[], Awaitable[T]]) -> T:
@@ -66,28 +91,14 @@ async def with_dev_server(server: DevServer, work_tree: Path, identity: Identity
 
     :raises Unavailable: the server did not answer within ``wait_seconds``.
     """
-    argv = ["sh", "-c", f'sh -c "$1" </dev/null >/dev/null 2>&1 & exec socat '
-                        f"UNIX-LISTEN:{BRIDGE}/{APP_SOCKET},fork TCP:127.0.0.1:{server.port}",
-            "sh", server.command]
     # The server lives in a nursery around the body; the body's refusals are carried out of
     # it so callers see them as they are, not wrapped in an exception group.
     failure: ServiceError | None = None
     async with trio.open_nursery() as nursery:
-        await nursery.start(functools.partial(launch, argv, work_tree, identity, limits,
-                                              stdout=subprocess.DEVNULL, bridge=bridge))
         try:
-            with trio.move_on_after(wait_seconds) as waiting:
-                # Polled: the server is another process, with nothing to wait on but its
-                # first answer.
-                while True:
-                    if await _answers(bridge / APP_SOCKET):
-                        break
-                    await trio.sleep(_POLL_SECONDS)
-            if waiting.cancelled_caught:
-                failure = Unavailable(f"the dev server did not answer on port {server.port} "
-                                      f"within {wait_seconds:g} seconds")
-            else:
-                result = await body()
+            await start_dev_server(nursery, server, work_tree, identity, limits, bridge,
+                                   wait_seconds)
+            result = await body()
         except ServiceError as exc:
             failure = exc
         finally:

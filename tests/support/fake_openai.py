@@ -49,7 +49,15 @@ class RawReply:
     content_type: str = "text/event-stream"
 
 
-Reply = StreamedTurn | HttpFailure | Stall | RawReply
+@dataclass(frozen=True)
+class Gated:
+    """Wait until ``gate`` is set (the test has looked at the run mid-way), then ``turn``."""
+
+    gate: trio.Event
+    turn: StreamedTurn
+
+
+Reply = StreamedTurn | HttpFailure | Stall | RawReply | Gated
 
 
 @dataclass
@@ -119,6 +127,9 @@ class FakeOpenAI:
             for line in reply.lines:
                 await stream.send_all(f"{line}\n".encode())
             return
+        if isinstance(reply, Gated):
+            await reply.gate.wait()
+            reply = reply.turn
         await _send_head(stream, 200, "text/event-stream")
         if isinstance(reply, Stall):
             await trio.sleep(reply.seconds)

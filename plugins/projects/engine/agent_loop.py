@@ -13,8 +13,10 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
+
+import trio
 
 from plugins.projects.engine.model_backends import (
     ConversationMessage,
@@ -195,8 +197,27 @@ async def run_agent(
         charge was refused, or ``max_turns`` turns passed.
     :raises trio.Cancelled: never swallowed; the caller's cancellation ends the run.
     """
-    run = _Run(template, brief, backend, tools, context, emit, before_tool_call)
-    offered = list(tools.values())
+    # What tools start for the run (a preview server) lives in this nursery and is cancelled
+    # when the run returns, fails or is cancelled; the run's own failures are carried out of
+    # it as they are, not wrapped in an exception group.
+    failure: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        try:
+            outcome = await _converse(
+                _Run(template, brief, backend, tools, replace(context, run_nursery=nursery),
+                     emit, before_tool_call), max_turns)
+        except Exception as exc:
+            failure = exc
+        finally:
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return outcome
+
+
+async def _converse(run: _Run, max_turns: int) -> RunOutcome:
+    backend, emit = run.backend, run.emit
+    offered = list(run.tools.values())
     for _ in range(max_turns):
         try:
             turn = await backend.next_turn(run.conversation, offered)

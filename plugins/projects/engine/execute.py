@@ -41,11 +41,15 @@ def make_backend(settings: ProjectsSettings, request: RunRequest) -> ModelBacken
                              timeout=settings.model_timeout_seconds)
 
 
+_COMMAND_TOOLS = frozenset({"run_command", "start_preview"})
+
+
 def offered_tools(service: Service, settings: ProjectsSettings) -> dict[str, Tool]:
     """The allowed tools a run is offered: those the sandbox can serve here
-    (``Tool.needs``), and ``run_command`` only when commands are enabled."""
+    (``Tool.needs``), and the ones that run the build's commands (``run_command``,
+    ``start_preview``) only when commands are enabled."""
     return {name: tool for name, tool in service.tools.items()
-            if (name != "run_command" or settings.allow_commands)
+            if (name not in _COMMAND_TOOLS or settings.allow_commands)
             and (tool.needs is None or service.sandbox.offers(tool.needs))}
 
 

@@ -84,7 +84,8 @@ class ModelBackend(Protocol):
 class OfflineBackend:
     """Plays a template's offline plan, one step per turn, then finishes.
 
-    The plan is fixed: tool errors do not change it, they only show in the stream.
+    The plan is fixed: tool errors do not change it, they only show in the stream. A call
+    of a tool this host does not offer (no sandbox: no command, no screenshot) is left out.
     """
 
     def __init__(
@@ -102,10 +103,11 @@ class OfflineBackend:
         if self._next_step >= len(self._steps):
             return ModelTurn(text="")
         step = self._steps[self._next_step]
+        offered = {tool.name for tool in tools}
         calls = [
             ToolCallRequest(id=f"step{self._next_step + 1}-{index}", name=call.tool,
                             arguments=json.dumps(call.args))
-            for index, call in enumerate(step.calls, start=1)
+            for index, call in enumerate(step.calls, start=1) if call.tool in offered
         ]
         self._next_step += 1
         return ModelTurn(text=step.say, calls=calls)

@@ -116,6 +116,36 @@ if __name__ == "__main__":
 '''
 
 
+_CHECK_PY = '''"""The build's own check (python check.py): the server and its page answer."""
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+PORT = 8765
+# Straight to the loopback, whatever proxy the environment names.
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+server = subprocess.Popen([sys.executable, "server.py", str(PORT)])
+try:
+    for _ in range(100):
+        try:
+            health = json.load(opener.open(f"http://127.0.0.1:{PORT}/api/health"))
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        sys.exit("server.py did not answer within 10 seconds")
+    assert health == {"ok": True}, health
+    page = opener.open(f"http://127.0.0.1:{PORT}/").read().decode()
+    assert "<h1>" in page and "app.js" in page, "the page is not served"
+    print("check passed: /api/health answers and the page is served")
+finally:
+    server.kill()
+'''
+
+
 def fullstack_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
     headline = _headline(brief, project)
     # The first sentence usually names the project; the rest describe what it does.
@@ -133,7 +163,8 @@ def fullstack_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
     readme = (
         f"# {headline}\n\n{brief.strip()}\n\n## Run it\n\n```\npython server.py 8080\n```\n\n"
         "Then open http://127.0.0.1:8080/. `index.html` is the page, `app.js` checks the "
-        "API, `server.py` serves both and answers `/api/health` and `/api/features`.\n\n"
+        "API, `server.py` serves both and answers `/api/health` and `/api/features`; "
+        "`python check.py` checks that it does.\n\n"
         f"## Features\n\n{_bullets(features)}\n"
     )
     return [
@@ -145,11 +176,14 @@ def fullstack_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
         PlannedStep("Add the API server and README",
                     "Next, a small standard-library server that serves the page and a JSON "
                     "API, and a README that says how to run it.",
-                    [_write("server.py", server), _write("README.md", readme),
-                     _commit("Add the API server stub and README")]),
-        PlannedStep("Check the page",
-                    "Finally I'll draw the page's outline to check its structure.",
-                    [PlannedCall("take_screenshot", {"path": "index.html",
+                    [_write("server.py", server), _write("check.py", _CHECK_PY),
+                     _write("README.md", readme),
+                     _commit("Add the API server stub, its check and README")]),
+        PlannedStep("Check the build",
+                    "Finally I'll run the build's own check in the sandbox and take a "
+                    "screenshot of the page.",
+                    [PlannedCall("run_command", {"command": "python3 check.py"}),
+                     PlannedCall("take_screenshot", {"path": "index.html",
                                                      "caption": f"{headline}: first build"}),
                      _commit("Add a picture of the first build")]),
     ]
@@ -207,6 +241,13 @@ def test_topics_are_recognised():
 
 def test_unknown_message_points_to_help():
     assert "/help" in reply("xyzzy")
+
+
+if __name__ == "__main__":
+    for name, test in list(globals().items()):
+        if name.startswith("test_"):
+            test()
+    print("bot tests passed")
 '''
 
 
@@ -219,7 +260,7 @@ def bot_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
         "- `/start`: greeting\n- `/help`: the command list\n- `/about`: what the bot is for\n"
         f"- `/topics`: the topics it recognises ({', '.join(topics)})\n\n"
         "## Run it\n\n```\npython bot.py        # one message per line on stdin\n"
-        "python -m pytest     # runs test_bot.py\n```\n"
+        "python test_bot.py   # runs its tests (python -m pytest does too)\n```\n"
     )
     return [
         PlannedStep("Write the bot",
@@ -229,6 +270,7 @@ def bot_plan(brief: str, project: Mapping[str, Any]) -> list[PlannedStep]:
         PlannedStep("Document and test the bot",
                     "Now a README with the commands and tests for the replies.",
                     [_write("README.md", readme), _write("test_bot.py", _BOT_TEST),
+                     PlannedCall("run_command", {"command": "python3 -B test_bot.py"}),
                      _commit("Document the bot and test its replies")]),
     ]
 

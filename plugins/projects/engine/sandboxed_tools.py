@@ -1,6 +1,7 @@
-"""The tools that run programs: ``run_command`` and ``take_screenshot``, both in the sandbox.
+"""The tools that run programs: ``run_command``, ``take_screenshot`` and ``start_preview``,
+all in the sandbox.
 
-Both go through ``ToolContext.sandbox`` (``runtime.sandbox``): a command runs under
+They go through ``ToolContext.sandbox`` (``runtime.sandbox``): a command runs under
 bubblewrap as the work tree's sandbox uid with no network, and a screenshot is taken by
 Chromium in its own network-less sandbox. Where the sandbox could not be set up they are
 not offered (``Tool.needs``) and, called anyway, answer an error: nothing ever runs on the
@@ -15,6 +16,7 @@ from urllib.parse import quote
 
 import trio
 
+from plugins.projects.engine.ending import preview_url
 from plugins.projects.engine.tools import (
     _PATH,
     ToolArgumentError,
@@ -75,20 +77,25 @@ def _side(args: JsonObject, name: str, default: int) -> int:
     return value
 
 
-def _page(args: JsonObject) -> tuple[str, DevServer | None]:
-    """The URL the browser loads, and the dev server to start first, if any."""
-    command = args.get("command")
-    if command is None:
-        return "", None
+def _dev_server(args: JsonObject, command: object) -> DevServer:
     if not isinstance(command, str) or not command.strip():
         raise ToolArgumentError("argument 'command' must be a non-empty string")
     port = args.get("port", 3000)
     if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
         raise ToolArgumentError("argument 'port' must be an integer from 1024 to 65535")
+    return DevServer(command, port)
+
+
+def _page(args: JsonObject) -> tuple[str, DevServer | None]:
+    """The URL the browser loads, and the dev server to start first, if any."""
+    command = args.get("command")
+    if command is None:
+        return "", None
+    server = _dev_server(args, command)
     path = _string_argument(args, "path", default="/")
     if not path.startswith("/") or any(c in path for c in "\r\n\0 "):
         raise ToolArgumentError("argument 'path' must be a URL path starting with '/'")
-    return f"http://127.0.0.1:{port}{path}", DevServer(command, port)
+    return f"http://127.0.0.1:{server.port}{path}", server
 
 
 @_reporting_failures
@@ -97,6 +104,9 @@ async def _take_screenshot(context: ToolContext, args: JsonObject) -> ToolResult
     workspace = Workspace(context.workspace)
     await workspace.ensure_repository()
     page_url, server = _page(args)
+    if server is not None and not context.allow_commands:
+        return ToolResult(error="take_screenshot with a command is disabled for this project "
+                                "(it runs commands)")
     page_path = _string_argument(args, "path", default="/" if server else "index.html")
     if server is None:
         page = workspace.resolve(page_path)
@@ -124,6 +134,20 @@ async def _take_screenshot(context: ToolContext, args: JsonObject) -> ToolResult
                       screenshot=ScreenshotInfo(url=url, caption=caption))
 
 
+@_reporting_failures
+async def _start_preview(context: ToolContext, args: JsonObject) -> ToolResult:
+    if not context.allow_commands:
+        return ToolResult(error="start_preview is disabled for this project")
+    server = _dev_server(args, args.get("command"))
+    if context.run_nursery is None:
+        raise ToolArgumentError("start_preview needs a run to live in")
+    await Workspace(context.workspace).ensure_repository()
+    live = await context.run_nursery.start(_sandbox(context).serve, context.workspace, server)
+    url = preview_url(context.public_base_url, context.project_slug)
+    return ToolResult(result={"url": url, "port": live.server.port,
+                              "command": live.server.command})
+
+
 def sandboxed_tools() -> list[Tool]:
     """The tools that need the sandbox, in the order they are offered to models."""
     return [
@@ -140,4 +164,12 @@ def sandboxed_tools() -> list[Tool]:
              "CPU, memory, process, file, time and output limits; output is truncated.",
              _object_schema({"command": {"type": "string"}}, ["command"]), _run_command,
              needs="commands"),
+        Tool("start_preview",
+             "Start the build's own HTTP server (a shell command listening on 127.0.0.1:port "
+             "in the sandbox, no network) for the live preview until the run ends; a second "
+             "call replaces the first server. Answers once the server answers.",
+             _object_schema({"command": {"type": "string"},
+                             "port": {"type": "integer", "minimum": 1024, "maximum": 65535,
+                                      "default": 3000}}, ["command"]),
+             _start_preview, needs="commands"),
     ]

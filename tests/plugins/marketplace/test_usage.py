@@ -82,9 +82,10 @@ async def test_a_run_charges_its_tool_prices_to_the_key_and_the_owner(
         run_id, events = await run_to_end(running, paying, slug)
         assert events[-1].json() == {"runId": run_id, "finalStatus": "completed"}
         calls = [event.json()["tool"] for event in events if event.event == "tool_call"]
-        assert sorted(set(calls)) == ["git_commit", "take_screenshot", "write_file"]
+        assert sorted(set(calls)) == ["git_commit", "run_command", "take_screenshot",
+                                     "write_file"]
         expected = flow(sum((price_of(tool) for tool in calls), Decimal(0)))
-        assert expected == "7.750000"
+        assert expected == "8.350000"
         # Each call's result carries what it was charged: the stream adds up to the bill.
         results = [event.json() for event in events if event.event == "tool_result"]
         assert [Decimal(result["priceFlow"]) for result in results] == \

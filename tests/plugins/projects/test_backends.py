@@ -37,12 +37,24 @@ async def test_offline_backend_plays_the_plan_then_finishes() -> None:
 
     assert backend.planned_steps() == [step.title for step in steps]
     for step in steps:
-        turn = await backend.next_turn(CONVERSATION, [])
+        turn = await backend.next_turn(CONVERSATION, builtin_tools())
         assert turn.text == step.say
         assert [(call.name, json.loads(call.arguments)) for call in turn.calls] == [
             (call.tool, call.args) for call in step.calls]
     final = await backend.next_turn(CONVERSATION, [])
     assert final.finished and final.text == ""
+
+
+async def test_offline_backend_leaves_out_the_calls_of_tools_not_offered() -> None:
+    template = next(t for t in builtin_templates() if t.name == "fullstack-builder")
+    backend = OfflineBackend(template, "A moon site. It shows the moon.", {})
+    steps = template.offline_plan("A moon site. It shows the moon.", {})
+    played = [[call.name for call in (await backend.next_turn(CONVERSATION, builtin_tools())
+                                      ).calls] for _ in steps]
+    # Where no sandbox runs, the build's check and its screenshot are left out, not failed.
+    assert [call.tool for call in steps[-1].calls] == ["run_command", "take_screenshot",
+                                                      "git_commit"]
+    assert played[-1] == ["git_commit"]
 
 
 async def test_streamed_text_and_tool_calls_are_assembled(nursery: trio.Nursery) -> None:

@@ -1,8 +1,9 @@
 """Two service processes sharing PostgreSQL and Redis: a reader on process B follows, and
-cancels, runs that execute on process A."""
+cancels, runs that execute on process A; B's preview of a run's server on A is the files."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -70,3 +71,43 @@ async def test_a_reader_on_process_b_follows_a_run_on_process_a(
                         cancelled = await on_b_http.post(f"/projects/{slug}/cancel")
                         assert cancelled.json()["status"] == "cancelled"
                         assert [event.event for event in await on_b.until("done")] == ["done"]
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+async def test_a_preview_server_is_seen_on_its_runs_process_only(
+        tmp_path: Path, nursery: trio.Nursery) -> None:
+    assert POSTGRES_URL and REDIS_URL, "this test needs PostgreSQL and Redis"
+    start = {"command": "mkdir -p live && echo '<h1>server</h1>' > live/index.html && exec "
+                        "python3 -m http.server 8110 --bind 127.0.0.1 --directory live",
+             "port": 8110}
+    model = FakeOpenAI([StreamedTurn("", [
+        ("write_file", json.dumps({"path": "index.html", "content": "<h1>files</h1>"})),
+        ("start_preview", json.dumps(start))]), Stall(60)])
+    model_url = await nursery.start(model.serve)
+    with postgres_schema() as database_url:
+        env = projects_env(tmp_path / "var", database_url=database_url, redis_url=REDIS_URL,
+                           prefix=redis_prefix(), backend="openai", model_base_url=model_url,
+                           model="fake")
+        port_a, port_b = free_port(), free_port()
+        async with service_process(env, port_a, tmp_path / "a.log"), \
+                service_process({**env, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}, port_b,
+                                tmp_path / "b.log"):
+            url_a, url_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
+            async with httpx.AsyncClient(base_url=url_a, timeout=30) as on_a, \
+                    httpx.AsyncClient(base_url=url_b, timeout=30) as on_b:
+                wallet, _ = await sign_in(on_a)
+                assert (await add_token(url_a, "twin", wallet.address.lower())).status_code == 201
+                created = await on_a.post("/projects", json={
+                    "tokenSlug": "twin", "title": "Twin", "agentTemplate": "fullstack-builder",
+                    "brief": "Serve a page."})
+                preview = f"/projects/{created.json()['slug']}/preview/"
+                assert (await on_a.post(f"/projects/{created.json()['slug']}/start")
+                        ).status_code == 201
+
+                async def served_on_a() -> bool:
+                    return "<h1>server</h1>" in (await on_a.get(preview)).text
+
+                await eventually(served_on_a, timeout=60)
+                # B shares the database and the work tree, not A's socket: it serves the files.
+                assert (await on_b.get(preview)).text == "<h1>files</h1>"

@@ -61,7 +61,7 @@ async def test_subscribers_hear_of_plan_commits_and_end(tmp_path: Path, database
         commits = [event.json() for event in events if event.event == "commit"]
         assert sorted(texts) == sorted(
             ["Luigi's Pizza: the agent planned 3 steps\n1. Scaffold the page\n"
-             "2. Add the API server and README\n3. Check the page"]
+             "2. Add the API server and README\n3. Check the build"]
             + [f"Luigi's Pizza: commit {c['sha'][:7]} {c['message']} ({len(c['files'])} "
                f"file{'s' if len(c['files']) != 1 else ''})" for c in commits]
             + [f"Luigi's Pizza: the build completed. Download it: http://127.0.0.1:8000"

@@ -53,7 +53,8 @@ async def git(workspace: Path, *arguments: str) -> list[str]:
 
 async def context_for(tmp_path: Path) -> ToolContext:
     return ToolContext(workspace=tmp_path / "ws", public_base_url="https://flow.example",
-                       project_slug="pizza", sandbox=await probed_sandbox())
+                       project_slug="pizza", sandbox=await probed_sandbox(),
+                       allow_commands=True)
 
 
 def assert_calls_are_answered(recorder: Recorder) -> None:
@@ -112,6 +113,11 @@ async def check_template_output(name: str, workspace: Path, tracked: list[str],
             workspace / "index.html").read_text()
         await trio.run_process([sys.executable, "-m", "py_compile", "server.py"], cwd=workspace)
         assert len(recorder.of("screenshot")) == 1
+        # The build's own check ran in the sandbox, for real: the server answered.
+        [check] = [data["result"] for data in recorder.of("tool_result")
+                   if data["result"] and "exitCode" in data["result"]]
+        assert check["exitCode"] == 0, check["output"]
+        assert "check passed: /api/health answers" in check["output"]
     elif name == "bot-builder":
         assert {"bot.py", "README.md", "test_bot.py"} <= set(tracked)
         replies = await trio.run_process([sys.executable, "bot.py"], cwd=workspace,
@@ -119,6 +125,9 @@ async def check_template_output(name: str, workspace: Path, tracked: list[str],
         lines = replies.stdout.decode().splitlines()
         assert lines[0].startswith("Hi! I am Pizza ordering site for Luigi's.")
         assert "pizza" in lines[1] and "/help" in lines[2]
+        [tests] = [data["result"] for data in recorder.of("tool_result")
+                   if data["result"] and "exitCode" in data["result"]]
+        assert (tests["exitCode"], tests["output"]) == (0, "bot tests passed\n")
     elif name == "content-machine":
         posts = [path for path in tracked if path.startswith("posts/")]
         assert len(posts) == 3

@@ -85,7 +85,7 @@ async def test_a_model_run_with_an_unknown_tool_then_one_that_errors(
         assert request.body["model"] == "fake-model" and request.body["stream"] is True
         offered = {tool["function"]["name"] for tool in request.body["tools"]}
         assert offered == {"write_file", "read_file", "list_files", "git_commit",
-                           "take_screenshot", "run_command", "fetch_url"}
+                           "take_screenshot", "run_command", "start_preview", "fetch_url"}
 
         failed = await run_to_done(running, http, slug)
         assert names(failed) == ["error", "done"]
@@ -242,3 +242,13 @@ async def test_without_a_sandbox_no_tool_that_needs_it_is_offered(tmp_path: Path
     reason = "turned off by [sandbox] active = false"
     assert ready.json()["checks"]["sandbox"] == {"ok": True, "commands": reason,
                                                  "browser": reason, "cgroups": cgroups_state()}
+
+
+async def test_with_commands_off_no_tool_that_runs_the_builds_commands_is_offered(
+        tmp_path: Path, database_url: str) -> None:
+    async with serve_projects(tmp_path / "var", database_url, extra_env={
+            "FLOWSVC_PLUGINS_PROJECTS_ALLOW_COMMANDS": "false"}) as running:
+        settings = running.service.state(PROJECTS_STATE).settings
+        offered = set(offered_tools(running.service, settings))
+    assert "run_command" not in offered and "start_preview" not in offered
+    assert {"write_file", "git_commit", "take_screenshot", "fetch_url"} <= offered

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ async def call(context: ToolContext, name: str, args: Any) -> ToolResult:
 
 def test_builtin_tools_offer_object_schemas() -> None:
     assert list(TOOLS) == ["write_file", "read_file", "list_files", "git_commit",
-                           "take_screenshot", "run_command"]
+                           "take_screenshot", "run_command", "start_preview"]
     for tool in TOOLS.values():
         assert tool.parameters["type"] == "object"
         assert set(tool.parameters["required"]) <= set(tool.parameters["properties"])
@@ -170,9 +171,11 @@ async def test_screenshot_of_the_build_dev_server(context: ToolContext) -> None:
     """The dev server runs in its own sandbox and the browser reaches it only through the
     bridge; both are gone when the call ends."""
     await call(context, "write_file", {"path": "site/app.html", "content": COLOURED_PAGE})
-    result = await call(context, "take_screenshot", {
-        "command": "cd site && exec python3 -m http.server 8791 --bind 127.0.0.1",
-        "port": 8791, "path": "/app.html", "width": 300, "height": 200})
+    arguments = {"command": "cd site && exec python3 -m http.server 8791 --bind 127.0.0.1",
+                 "port": 8791, "path": "/app.html", "width": 300, "height": 200}
+    refused = await call(context, "take_screenshot", arguments)  # commands are off
+    assert refused.error is not None and "disabled for this project" in refused.error
+    result = await call(replace(context, allow_commands=True), "take_screenshot", arguments)
     assert result.error is None and result.screenshot is not None, result.error
     assert result.screenshot.caption == "http://127.0.0.1:8791/app.html at 300x200"
     png = read_png((context.workspace / "screenshots/app-1.png").read_bytes())
@@ -182,7 +185,8 @@ async def test_screenshot_of_the_build_dev_server(context: ToolContext) -> None:
 
 async def test_a_dev_server_that_never_answers_is_an_error(context: ToolContext) -> None:
     started = trio.current_time()
-    result = await call(context, "take_screenshot", {"command": "sleep 2990", "port": 8792})
+    result = await call(replace(context, allow_commands=True), "take_screenshot",
+                        {"command": "sleep 2990", "port": 8792})
     assert result.error == "the dev server did not answer on port 8792 within 10 seconds"
     assert trio.current_time() - started < 30
     assert left_running(context.workspace, b"2990") == []
