@@ -1,0 +1,19 @@
+"""Hook implementations of the console plugin: its blueprint, nothing else."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from quart import Blueprint
+
+    from runtime.service import Service
+
+
+@hookimpl
+def flowsvc_blueprints(service: Service) -> list[Blueprint]:
+    from plugins.console import routes
+
+    return [routes.blueprint]
