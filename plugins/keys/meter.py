@@ -123,9 +123,9 @@ async def charge(state: KeysState, message: Charge) -> Charged:
     record = await state.directory.by_id(message.key_id)
     if record is None:
         raise ApiKeyInvalid(f"API key {message.key_id} does not exist")
-    if record.revoked_at is not None:
-        raise ApiKeyRevoked(f"API key {message.key_id} was revoked")
     now = utcnow()
+    if record.revoked_at is not None and record.revoked_at <= now:  # future: rotating
+        raise ApiKeyRevoked(f"API key {message.key_id} was revoked")
     unix = now.timestamp()
     result = await state.meter.meter(item_for(record, CHARGE, message.micro_flow, 0, unix), unix)
     if result.status == "spend":
