@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, Response
+from quart import Blueprint, Response, request
 from quart_schema import hide
 
 from plugins.console.api import Answer, call
@@ -20,6 +20,7 @@ blueprint = Blueprint("console", __name__, template_folder="templates",
 SIGN_IN = "/console/sign-in"
 KEYS = "/console/keys"
 KEY_FIELDS = ("name", "rate_limit_rpm", "spend_limit_flow", "spend_period")
+WINDOWS = ("hour", "day", "week", "month")
 
 
 def _see_other(location: str, set_cookies: list[str] | None = None) -> Response:
@@ -72,15 +73,25 @@ async def sign_out() -> Response:
 
 
 async def _keys_page(*, status: int = 200, error: Answer | None = None,
-                     created: dict[str, Any] | None = None) -> Response:
+                     created: dict[str, Any] | None = None,
+                     previous: dict[str, Any] | None = None) -> Response:
     user = await _signed_in_user()
     if user is None:
         return _see_other(SIGN_IN)
+    window = _window()
     listed = await call("GET", "/me/api-keys", query={"limit": "100"})
-    keys = listed.body.get("keys", []) if listed.ok else []
+    stats = await call("GET", "/me/api-keys/stats", query={"window": window})
+    counts = {entry["key_id"]: entry for entry in stats.body.get("keys", [])}
+    failed = next((answer for answer in (listed, stats) if not answer.ok), None)
     return await page("keys.html", status=status, no_store=created is not None, user=user,
-                      keys=keys, error=error if error is not None else
-                      (None if listed.ok else listed), created=created)
+                      keys=listed.body.get("keys", []), counts=counts, window=window,
+                      windows=WINDOWS, error=error or failed, created=created,
+                      previous=previous)
+
+
+def _window() -> str:
+    chosen = request.args.get("window", "day")
+    return chosen if chosen in WINDOWS else "day"
 
 
 @blueprint.get(KEYS)
@@ -124,6 +135,22 @@ async def edit_key(key_id: int) -> Response:
         body["spend_limit_flow"] = None
     answer = await call("PATCH", f"/me/api-keys/{key_id}", body=body)
     return await _after_change(answer)
+
+
+@blueprint.post(f"{KEYS}/<int:key_id>/rotate")
+@hide
+async def rotate_key(key_id: int) -> Response:
+    """Like the create, the answer is the only page showing the new raw key."""
+    form = await check_csrf()
+    overlap = form.get("overlap_seconds", "0")
+    answer = await call("POST", f"/me/api-keys/{key_id}/rotate",
+                        body={"overlap_seconds": int(overlap) if overlap.isdigit() else overlap})
+    if answer.status == 401:
+        return _see_other(SIGN_IN)
+    if not answer.ok:
+        return await _keys_page(status=answer.status, error=answer)
+    return await _keys_page(status=201, created=answer.body.get("key"),
+                            previous=answer.body.get("previous"))
 
 
 @blueprint.post(f"{KEYS}/<int:key_id>/revoke")

@@ -28,6 +28,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[st
 @pytest.fixture
 async def server(tmp_path: Path, backend: tuple[str, str]) -> AsyncIterator[Running]:
     env = keys_env(tmp_path / "var", *backend,
-                   extra={"FLOWSVC_PLUGINS_ENABLED": PLUGINS})
+                   extra={"FLOWSVC_PLUGINS_ENABLED": PLUGINS,
+                          # The live tail's test measures a second: rows reach the log fast.
+                          "FLOWSVC_PLUGINS_KEYS_USAGE_FLUSH_SECONDS": "0.1"})
     async with running_server(make_settings(env), env) as running:
         yield running
