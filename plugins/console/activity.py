@@ -10,6 +10,7 @@ from quart_schema import hide
 
 from plugins.console.api import call
 from plugins.console.security import page
+from plugins.console.session import SIGN_IN, see_other, signed_in_user
 
 blueprint = Blueprint("console_activity", __name__, template_folder="templates")
 WINDOWS = ("hour", "day", "week", "month")
@@ -39,22 +40,12 @@ def outcome_bars(stats: list[dict[str, Any]], names: dict[str, str]) -> list[dic
     return bars
 
 
-async def _signed_in() -> dict[str, Any] | None:
-    me = await call("GET", "/me")
-    user = me.body.get("user")
-    return user if me.ok and isinstance(user, dict) else None
-
-
-def _to_sign_in() -> Response:
-    return Response("", status=303, headers={"Location": "/console/sign-in"})
-
-
 @blueprint.get("/console/usage")
 @hide
 async def usage() -> Response:
-    user = await _signed_in()
+    user = await signed_in_user()
     if user is None:
-        return _to_sign_in()
+        return see_other(SIGN_IN)
     window = request.args.get("window", "day")
     window = window if window in WINDOWS else "day"
     keys = (await call("GET", "/me/api-keys", query={"limit": "100"})).body.get("keys", [])
@@ -76,9 +67,9 @@ async def usage() -> Response:
 @blueprint.get("/console/requests")
 @hide
 async def requests_log() -> Response:
-    user = await _signed_in()
+    user = await signed_in_user()
     if user is None:
-        return _to_sign_in()
+        return see_other(SIGN_IN)
     filters = {name: value for name in FILTERS
                if (value := request.args.get(name, "").strip())}
     keys = (await call("GET", "/me/api-keys", query={"limit": "100"})).body.get("keys", [])

@@ -14,6 +14,6 @@ if TYPE_CHECKING:
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    from plugins.console import activity, routes
+    from plugins.console import activity, routes, webhooks
 
-    return [routes.blueprint, activity.blueprint]
+    return [routes.blueprint, activity.blueprint, webhooks.blueprint]

@@ -14,44 +14,31 @@ from quart_schema import hide
 
 from plugins.console.api import Answer, call
 from plugins.console.security import check_csrf, page
+from plugins.console.session import SIGN_IN, after_form, see_other, signed_in_user
 
 blueprint = Blueprint("console", __name__, template_folder="templates",
                       static_folder="static", static_url_path="/console/static")
-SIGN_IN = "/console/sign-in"
 KEYS = "/console/keys"
 KEY_FIELDS = ("name", "rate_limit_rpm", "spend_limit_flow", "spend_period")
 WINDOWS = ("hour", "day", "week", "month")
 
 
-def _see_other(location: str, set_cookies: list[str] | None = None) -> Response:
-    response = Response("", status=303, headers={"Location": location})
-    for line in set_cookies or []:
-        response.headers.add("Set-Cookie", line)
-    return response
-
-
-async def _signed_in_user() -> dict[str, Any] | None:
-    me = await call("GET", "/me")
-    user = me.body.get("user")
-    return user if me.ok and isinstance(user, dict) else None
-
-
 @blueprint.get("/")
 @hide
 async def root() -> Response:
-    return _see_other("/console/")
+    return see_other("/console/")
 
 
 @blueprint.get("/console/")
 @hide
 async def home() -> Response:
-    return _see_other(KEYS if await _signed_in_user() is not None else SIGN_IN)
+    return see_other(KEYS if await signed_in_user() is not None else SIGN_IN)
 
 
 @blueprint.get(SIGN_IN)
 @hide
 async def sign_in() -> Response:
-    return await page("sign_in.html", user=await _signed_in_user(), error=None)
+    return await page("sign_in.html", user=await signed_in_user(), error=None)
 
 
 @blueprint.post("/console/sign-in/access-code")
@@ -60,7 +47,7 @@ async def sign_in_with_code() -> Response:
     form = await check_csrf()
     answer = await call("POST", "/auth/access-code", body={"code": form.get("code", "")})
     if answer.ok:
-        return _see_other(KEYS, answer.set_cookies)
+        return see_other(KEYS, answer.set_cookies)
     return await page("sign_in.html", status=answer.status, user=None, error=answer)
 
 
@@ -69,15 +56,15 @@ async def sign_in_with_code() -> Response:
 async def sign_out() -> Response:
     await check_csrf()
     answer = await call("POST", "/auth/logout")
-    return _see_other(SIGN_IN, answer.set_cookies)
+    return see_other(SIGN_IN, answer.set_cookies)
 
 
 async def _keys_page(*, status: int = 200, error: Answer | None = None,
                      created: dict[str, Any] | None = None,
                      previous: dict[str, Any] | None = None) -> Response:
-    user = await _signed_in_user()
+    user = await signed_in_user()
     if user is None:
-        return _see_other(SIGN_IN)
+        return see_other(SIGN_IN)
     window = _window()
     listed = await call("GET", "/me/api-keys", query={"limit": "100"})
     stats = await call("GET", "/me/api-keys/stats", query={"window": window})
@@ -120,7 +107,7 @@ async def create_key() -> Response:
     form = await check_csrf()
     answer = await call("POST", "/me/api-keys", body=_key_body(form))
     if answer.status == 401:
-        return _see_other(SIGN_IN)
+        return see_other(SIGN_IN)
     if not answer.ok:
         return await _keys_page(status=answer.status, error=answer)
     return await _keys_page(status=201, created=answer.body.get("key"))
@@ -146,7 +133,7 @@ async def rotate_key(key_id: int) -> Response:
     answer = await call("POST", f"/me/api-keys/{key_id}/rotate",
                         body={"overlap_seconds": int(overlap) if overlap.isdigit() else overlap})
     if answer.status == 401:
-        return _see_other(SIGN_IN)
+        return see_other(SIGN_IN)
     if not answer.ok:
         return await _keys_page(status=answer.status, error=answer)
     return await _keys_page(status=201, created=answer.body.get("key"),
@@ -161,8 +148,4 @@ async def revoke_key(key_id: int) -> Response:
 
 
 async def _after_change(answer: Answer) -> Response:
-    if answer.status == 401:
-        return _see_other(SIGN_IN)
-    if not answer.ok:
-        return await _keys_page(status=answer.status, error=answer)
-    return _see_other(KEYS)
+    return after_form(answer, KEYS) or await _keys_page(status=answer.status, error=answer)

@@ -81,3 +81,10 @@ def fill(selector: str, values: dict[str, str]) -> str:
                    for name, value in values.items())
     return (f"(() => {{ const form = document.querySelector({json.dumps(selector)}); {sets} "
             "form.requestSubmit(); })()")
+
+
+def foreign_requests(browser: Browser, base_url: str) -> list[str]:
+    """The URLs the page requested from anywhere but the service (``data:`` URLs, such as
+    Chromium's own form-control icons, never leave the browser)."""
+    return [url for url in browser.requested_urls()
+            if not url.startswith((base_url + "/", "data:"))]

@@ -17,7 +17,7 @@ import trio
 from plugins.auth.identities import new_access_codes
 from runtime.server import Running
 from tests.support.chromium import chromium
-from tests.support.console import fill, inject_wallet, serve_wallet
+from tests.support.console import fill, foreign_requests, inject_wallet, serve_wallet
 from tests.support.server import client
 from tests.support.wallet import new_wallet, sign_in
 
@@ -71,8 +71,7 @@ async def test_wallet_sign_in_then_a_key_shown_once_and_revoked(server: Running,
         assert await browser.evaluate("location.pathname") == "/console/sign-in"
         assert await browser.evaluate("document.querySelector('header .who')") is None
         tasks.cancel_scope.cancel()
-    foreign = [url for url in browser.requested_urls() if not url.startswith(base + "/")]
-    assert foreign == []
+    assert foreign_requests(browser, base) == []
 
 
 def _csrf_field(html: str) -> str:
