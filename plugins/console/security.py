@@ -19,7 +19,7 @@ from runtime.http import current_service
 CSRF_COOKIE = "console_csrf"
 CSRF_FIELD = "csrf"
 _CSP = ("default-src 'none'; script-src 'nonce-{nonce}'; style-src 'self' 'nonce-{nonce}'; "
-        "img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-src 'self'; "
+        "img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-src 'self' https:; "
         "frame-ancestors 'none'; base-uri 'none'")
 
 
