@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    from plugins.console import activity, projects, routes, webhooks
+    from plugins.console import account, activity, projects, routes, webhooks
 
-    return [routes.blueprint, activity.blueprint, webhooks.blueprint, projects.blueprint]
+    return [routes.blueprint, activity.blueprint, webhooks.blueprint, projects.blueprint,
+            account.blueprint]
