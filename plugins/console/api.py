@@ -14,6 +14,7 @@ from typing import Any
 
 from quart import current_app, request
 
+from runtime.http import current_service
 from runtime.principal import SESSION_COOKIE
 
 FORWARDED_HEADERS = ("x-forwarded-for", "user-agent")
@@ -43,16 +44,20 @@ class Answer:
 
 
 async def call(method: str, path: str, *, body: dict[str, Any] | None = None,
-               query: dict[str, str] | None = None) -> Answer:
+               query: dict[str, str] | None = None, as_operator: bool = False) -> Answer:
     """``method path`` on the API as the current browser's caller.
 
     :param body: the JSON body, if any.
     :param query: query-string arguments.
+    :param as_operator: with the internal token instead of the caller's session (what
+        ``flowsvc dev-wallet`` does to register a development token; embedded default only).
     """
     headers = {name: value for name in FORWARDED_HEADERS
                if (value := request.headers.get(name)) is not None}
     session = request.cookies.get(SESSION_COOKIE)
-    if session is not None:
+    if as_operator:
+        headers["authorization"] = f"Bearer {current_service().settings.internal.token}"
+    elif session is not None:
         headers["cookie"] = f"{SESSION_COOKIE}={session}"
     client = current_app.test_client()
     response = await client.open(

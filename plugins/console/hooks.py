@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    from plugins.console import account, activity, projects, routes, webhooks
+    from plugins.console import account, activity, dev_wallet, projects, routes, webhooks
 
     return [routes.blueprint, activity.blueprint, webhooks.blueprint, projects.blueprint,
-            account.blueprint]
+            account.blueprint, dev_wallet.blueprint]

@@ -10,6 +10,7 @@ from quart import Blueprint, Response, request
 from quart_schema import hide
 
 from plugins.console.api import Answer, call
+from plugins.console.deployment import dev_wallet_available
 from plugins.console.security import check_csrf, page
 from plugins.console.session import SIGN_IN, after_form, see_other, signed_in_user
 from runtime.http import current_service
@@ -19,13 +20,14 @@ PROJECTS = "/console/projects"
 TEMPLATES = ("fullstack-builder", "bot-builder", "content-machine", "research-agent")
 
 
-async def _index(*, status: int = 200, error: Answer | None = None,
+async def index_page(*, status: int = 200, error: Answer | None = None,
                  form: dict[str, str] | None = None) -> Response:
     user = await signed_in_user()
     if user is None:
         return see_other(SIGN_IN)
+    chosen = {"tokenSlug": request.args.get("token", ""), **(form or {})}
     return await page("projects.html", status=status, user=user, error=error,
-                      templates=TEMPLATES, form=form or {})
+                      templates=TEMPLATES, form=chosen, dev_wallet=dev_wallet_available())
 
 
 @blueprint.get(PROJECTS)
@@ -34,7 +36,7 @@ async def projects() -> Response:
     slug = request.args.get("slug", "").strip()
     if slug:
         return see_other(f"{PROJECTS}/{slug}")
-    return await _index()
+    return await index_page()
 
 
 @blueprint.post(PROJECTS)
@@ -48,7 +50,7 @@ async def create_project() -> Response:
     slug = answer.body.get("slug")
     if answer.ok and isinstance(slug, str):
         return see_other(f"{PROJECTS}/{slug}")
-    return after_form(answer, PROJECTS) or await _index(status=answer.status, error=answer,
+    return after_form(answer, PROJECTS) or await index_page(status=answer.status, error=answer,
                                                         form=form)
 
 

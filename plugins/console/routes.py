@@ -13,6 +13,7 @@ from quart import Blueprint, Response, request
 from quart_schema import hide
 
 from plugins.console.api import Answer, call
+from plugins.console.deployment import dev_wallet_available
 from plugins.console.security import check_csrf, page
 from plugins.console.session import SIGN_IN, after_form, see_other, signed_in_user
 
@@ -38,7 +39,8 @@ async def home() -> Response:
 @blueprint.get(SIGN_IN)
 @hide
 async def sign_in() -> Response:
-    return await page("sign_in.html", user=await signed_in_user(), error=None)
+    return await page("sign_in.html", user=await signed_in_user(), error=None,
+                      dev_wallet=dev_wallet_available())
 
 
 @blueprint.post("/console/sign-in/access-code")
@@ -48,7 +50,8 @@ async def sign_in_with_code() -> Response:
     answer = await call("POST", "/auth/access-code", body={"code": form.get("code", "")})
     if answer.ok:
         return see_other(KEYS, answer.set_cookies)
-    return await page("sign_in.html", status=answer.status, user=None, error=answer)
+    return await page("sign_in.html", status=answer.status, user=None, error=answer,
+                      dev_wallet=dev_wallet_available())
 
 
 @blueprint.post("/console/sign-out")
