@@ -105,6 +105,10 @@ async def test_every_page_passes_axe_and_is_pictured(server: Running, tmp_path: 
     assert {name: found for name, found in problems.items() if found} == {}
     target = os.environ.get("FLOWSVC_TEST_SCREENSHOTS")
     if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        for picture in shots.iterdir():
-            shutil.copy(picture, Path(target) / f"console-{picture.name}")
+        _publish(shots, Path(target))
+
+
+def _publish(shots: Path, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for picture in shots.iterdir():
+        shutil.copy(picture, target / f"console-{picture.name}")
