@@ -12,7 +12,7 @@ import pytest
 from runtime.server import Running
 from tests.support.chromium import chromium
 from tests.support.console import fill, foreign_requests
-from tests.support.projects import BRIEF, projects_env
+from tests.support.projects import BRIEF, GrantedFeatures, projects_env
 from tests.support.server import client, make_settings, running_server
 from tests.support.tokens import add_token
 from tests.support.wallet import sign_in
@@ -88,3 +88,25 @@ async def test_a_project_on_a_token_the_caller_does_not_own_is_refused(server: R
             "agentTemplate": "fullstack-builder"})
         assert refused.status_code == 403 and "token_no_match" in refused.text
         assert "Not mine" in refused.text  # the form keeps what was typed
+
+
+async def test_a_private_project_is_its_owners_only(server: Running) -> None:
+    async with client(server) as owner, client(server) as other:
+        wallet, user = await sign_in(owner)
+        server.service.pm.register(GrantedFeatures({int(str(user["id"])):
+                                                    {"privateProjects": True}}))
+        assert (await add_token(server.base_url, "star", wallet.address.lower())
+                ).status_code == 201
+        form = (await owner.get("/console/projects")).text
+        token = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        created = await owner.post("/console/projects", data={
+            "csrf": token, "tokenSlug": "star", "title": "Secret plans", "brief": BRIEF,
+            "agentTemplate": "fullstack-builder", "private": "on"})
+        assert created.status_code == 303, created.text
+        page = created.headers["location"]
+        mine = await owner.get(page)
+        assert mine.status_code == 200 and "Secret plans" in mine.text and "private" in mine.text
+        await sign_in(other)
+        refused = await other.get(page)
+        assert refused.status_code == 403 and "private_forbidden" in refused.text
+        assert "Secret plans" not in refused.text and "data-stream" not in refused.text
