@@ -40,6 +40,25 @@ def outcome_bars(stats: list[dict[str, Any]], names: dict[str, str]) -> list[dic
     return bars
 
 
+def series_columns(buckets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One stacked column per bucket (SVG units: 100 high, 10 wide per bucket), each
+    segment an outcome, scaled to the busiest bucket."""
+    busiest = max((sum(bucket["outcomes"].values()) for bucket in buckets), default=0) or 1
+    columns = []
+    for index, bucket in enumerate(buckets):
+        top = 100.0
+        segments = []
+        for outcome, count in bucket["outcomes"].items():
+            if count:
+                height = 100.0 * count / busiest
+                top -= height
+                segments.append({"outcome": outcome, "count": count, "y": top,
+                                 "height": height, "colour": OUTCOME_COLOURS[outcome]})
+        columns.append({"x": index * 10, "from": bucket["from"],
+                        "total": sum(bucket["outcomes"].values()), "segments": segments})
+    return columns
+
+
 @blueprint.get("/console/usage")
 @hide
 async def usage() -> Response:
@@ -55,12 +74,17 @@ async def usage() -> Response:
     since = request.args.get("since", "month")
     since = since if since in SINCE else "month"
     detail = None
+    columns: list[dict[str, Any]] = []
     if chosen is not None and chosen.isdigit():
         answer = await call("GET", f"/me/api-keys/{chosen}/usage", query={"since": since})
         detail = answer.body.get("usage") if answer.ok else None
+        over_time = await call("GET", f"/me/api-keys/{chosen}/series",
+                               query={"window": window})
+        columns = series_columns(over_time.body.get("buckets", [])) if over_time.ok else []
     return await page("usage.html", user=user, window=window, windows=WINDOWS, since=since,
                       sinces=SINCE, keys=keys, chosen=chosen, detail=detail,
-                      bars=outcome_bars(stats.body.get("keys", []), names),
+                      bars=outcome_bars(stats.body.get("keys", []), names), columns=columns,
+                      chosen_name=names.get(chosen or "", chosen),
                       colours=OUTCOME_COLOURS, error=None if stats.ok else stats)
 
 

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, case, func, select
 
 from plugins.keys.tables import api_key_usage, api_keys
 from runtime.context import require_user
-from runtime.errors import InvalidRequest
+from runtime.errors import InvalidRequest, NotFound
 from runtime.http import SSE_HEADERS, current_service, json_response
 from runtime.openapi import Success, answers
 from runtime.wire import as_utc, format_flow, iso, utcnow
@@ -31,6 +31,8 @@ from runtime.wire import as_utc, format_flow, iso, utcnow
 Window = Literal["hour", "day", "week", "month"]
 WINDOWS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(days=7),
            "month": timedelta(days=30)}
+# The width of a chart's buckets per window: 12, 24, 28 and 30 buckets.
+BUCKETS = {"hour": 300, "day": 3600, "week": 6 * 3600, "month": 86400}
 LOG_MAX, TAIL_BATCH = 200, 100
 TAIL_POLL_SECONDS, TAIL_HEARTBEAT_SECONDS = 0.25, 15.0
 OUTCOMES = ("ok", "402", "429", "4xx", "5xx")
@@ -66,6 +68,15 @@ class StatsResponse(BaseModel):
     keys: list[KeyStats]
 
 
+class SeriesResponse(BaseModel):
+    key_id: str
+    window: Window
+    # The wire name is "from", a Python keyword.
+    since: str = Field(alias="from")
+    bucket_seconds: int
+    buckets: list[dict[str, Any]]
+
+
 class LogResponse(BaseModel):
     calls: list[dict[str, Any]]
 
@@ -98,6 +109,29 @@ def key_stats(connection: Connection, user_id: int, since: datetime) -> list[dic
              "cost_flow": format_flow(int(row.cost)),
              "last_used_at": iso(as_utc(row.last_used_at)) if row.last_used_at else None}
             for row in connection.execute(query)]
+
+
+def key_series(connection: Connection, user_id: int, key_id: int, since: datetime,
+               width: int, count: int) -> list[dict[str, Any]] | None:
+    """The key's requests by outcome in ``count`` buckets of ``width`` seconds from
+    ``since``, counted by the database (one grouped query); None when ``user_id`` has no
+    such key."""
+    usage, keys = api_key_usage.c, api_keys.c
+    owned = connection.execute(select(keys.id).where(keys.id == key_id,
+                                                     keys.user_id == user_id)).first()
+    if owned is None:
+        return None
+    offset = func.extract("epoch", usage.at) - since.timestamp()
+    bucket = func.floor(offset / width).label("bucket")
+    rows = connection.execute(
+        select(bucket, *_outcome_columns())
+        .where(usage.key_id == key_id, usage.at >= since, usage.kind == "request")
+        .group_by(bucket))
+    counted = {int(row.bucket): {name: int(getattr(row, f"o{name}")) for name in OUTCOMES}
+               for row in rows}
+    empty = dict.fromkeys(OUTCOMES, 0)
+    return [{"from": iso(since + timedelta(seconds=index * width)),
+             "outcomes": counted.get(index, empty)} for index in range(count)]
 
 
 def _public_call(row: Any) -> dict[str, Any]:
@@ -154,6 +188,26 @@ async def stats(query_args: StatsQuery) -> Response:
     keys = await current_service().db.read(key_stats, user_id, since)
     return json_response({"window": query_args.window, "from": iso(since), "to": iso(now),
                           "keys": keys})
+
+
+@blueprint.get("/me/api-keys/<int:key_id>/series")
+@validate_querystring(StatsQuery)
+@document_response(SeriesResponse, 200)
+async def series(key_id: int, query_args: StatsQuery) -> Response:
+    """The key's requests by outcome over time: 12 five-minute buckets for ``hour``, 24
+    hours for ``day``, 28 six-hour buckets for ``week``, 30 days for ``month``."""
+    user_id = require_user().user_id
+    width = BUCKETS[query_args.window]
+    count = int(WINDOWS[query_args.window].total_seconds()) // width
+    now = utcnow()
+    since = datetime.fromtimestamp((now.timestamp() // width + 1) * width - count * width,
+                                   tz=now.tzinfo)
+    buckets = await current_service().db.read(key_series, user_id, key_id, since, width,
+                                              count)
+    if buckets is None:
+        raise NotFound(f"you have no API key {key_id}")
+    return json_response({"key_id": str(key_id), "window": query_args.window,
+                          "from": iso(since), "bucket_seconds": width, "buckets": buckets})
 
 
 @blueprint.get("/me/api-keys/calls")

@@ -63,6 +63,9 @@ async def test_the_log_filters_and_the_bars_count_outcomes(server: Running) -> N
         usage = (await http.get("/console/usage", params={"window": "hour"})).text
         first_bar = re.search(rf'id="bar-{first["id"]}".*?</tr>', usage, re.S)
         assert first_bar is not None and 'aria-label="ok 1, 4xx 1"' in first_bar.group(0)
+        over_time = (await http.get("/console/usage", params={"window": "hour",
+                                                              "key_id": first["id"]})).text
+        assert 'aria-label="2 requests in 12 buckets"' in over_time
 
 
 async def test_rotating_from_the_keys_page_shows_the_new_key_once(server: Running) -> None:

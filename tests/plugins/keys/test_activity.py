@@ -156,3 +156,24 @@ async def test_the_tail_streams_new_calls_and_resumes_after_last_event_id(server
             assert (await anonymous.get("/me/api-keys/tail")).status_code == 401
         bad = await http.get("/me/api-keys/tail", headers={"Last-Event-ID": "x1"})
         assert bad.status_code == 400
+
+
+async def test_the_series_counts_outcomes_per_bucket(server: Running) -> None:
+    async with client(server) as http, client(server) as other:
+        await sign_in(http)
+        await sign_in(other)
+        key = await create_key(http, rate_limit_rpm=0)
+        await _calls(server, key["raw_key"], ["/me", "/me", "/no-such-route"])
+        await wait_for_calls(http, key["id"], 3)
+        answer = await http.get(f"/me/api-keys/{key['id']}/series", params={"window": "hour"})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["bucket_seconds"] == 300 and len(body["buckets"]) == 12
+        totals = {name: sum(bucket["outcomes"][name] for bucket in body["buckets"])
+                  for name in ("ok", "402", "429", "4xx", "5xx")}
+        assert totals == {"ok": 2, "402": 0, "429": 0, "4xx": 1, "5xx": 0}
+        assert body["buckets"][-1]["outcomes"]["ok"] + body["buckets"][-2]["outcomes"]["ok"] \
+            == 2  # now is in the last bucket (or just crossed into it)
+        day = (await http.get(f"/me/api-keys/{key['id']}/series")).json()
+        assert len(day["buckets"]) == 24 and day["bucket_seconds"] == 3600
+        assert (await other.get(f"/me/api-keys/{key['id']}/series")).status_code == 404
