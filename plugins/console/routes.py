@@ -12,6 +12,7 @@ from typing import Any
 from quart import Blueprint, Response, request
 from quart_schema import hide
 
+from plugins.console.activity import WINDOWS
 from plugins.console.api import Answer, call
 from plugins.console.deployment import dev_wallet_available
 from plugins.console.security import check_csrf, page
@@ -21,7 +22,6 @@ blueprint = Blueprint("console", __name__, template_folder="templates",
                       static_folder="static", static_url_path="/console/static")
 KEYS = "/console/keys"
 KEY_FIELDS = ("name", "rate_limit_rpm", "spend_limit_flow", "spend_period")
-WINDOWS = ("hour", "day", "week", "month")
 
 
 @blueprint.get("/")
