@@ -9,12 +9,15 @@ wallet would) and resolves the page's promise. No key material enters the page.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from typing import Any
 
 import trio
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
+from plugins.projects.live.cutoff import Endpoints, reset_connections
 from tests.support.chromium import Browser
 
 BINDING = "flowsvcTestWalletSign"
@@ -88,3 +91,26 @@ def foreign_requests(browser: Browser, base_url: str) -> list[str]:
     Chromium's own form-control icons, never leave the browser)."""
     return [url for url in browser.requested_urls()
             if not url.startswith((base_url + "/", "data:"))]
+
+
+def reset_connections_to(port: int) -> int:
+    """Reset every TCP connection this process serves on ``port`` (the in-process test
+    server's): what a network drop does to a browser's open streams. How many were reset."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=int(name))
+        except (OSError, ValueError):
+            continue
+        try:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) \
+                    and sock.type == socket.SOCK_STREAM and sock.getsockname()[1] == port:
+                local, peer = sock.getsockname(), sock.getpeername()
+                found.append(Endpoints((local[0], local[1]), (peer[0], peer[1])))
+        except OSError:
+            pass  # the listener (no peer), or gone
+        finally:
+            sock.detach()
+    return reset_connections(found)

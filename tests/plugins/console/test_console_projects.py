@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from runtime.server import Running
 from tests.support.chromium import chromium
-from tests.support.console import fill, foreign_requests
+from tests.support.console import fill, foreign_requests, reset_connections_to
 from tests.support.projects import BRIEF, GrantedFeatures, projects_env
 from tests.support.server import client, make_settings, running_server
 from tests.support.tokens import add_token
@@ -71,6 +72,31 @@ async def test_a_build_is_watched_from_start_to_done(server: Running, tmp_path: 
         again = await browser.evaluate(
             "[...document.querySelectorAll('#events li')].map(li => li.dataset.id)")
         assert again == ids
+
+        # The connection drops; a second run happens meanwhile; EventSource reconnects
+        # with Last-Event-ID and the page gets the second run's events, each once.
+        await browser.call("Network.emulateNetworkConditions", {
+            "offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+        assert await trio.to_thread.run_sync(reset_connections_to,
+                                               int(base.rsplit(":", 1)[1])) >= 1
+        await browser.wait_for("document.getElementById('build-status').textContent"
+                               " === 'Reconnecting…'")
+        slug = path.rsplit("/", 1)[1]
+        async with client(server, cookies={"svc_session": session}) as owner:
+            assert (await owner.post(f"/projects/{slug}/start")).status_code == 201
+            for _ in range(600):
+                if (await owner.get(f"/projects/{slug}")).json()["status"] == "completed":
+                    break
+                await trio.sleep(0.1)
+        await browser.call("Network.emulateNetworkConditions", {
+            "offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+        await browser.wait_for("[...document.querySelectorAll('#events li')]"
+                               ".filter(li => li.textContent.split(' ')[1] === 'done')"
+                               ".length === 2", seconds=30)
+        resumed = await browser.evaluate(
+            "[...document.querySelectorAll('#events li')].map(li => Number(li.dataset.id))")
+        assert resumed == sorted(set(resumed)) and resumed[:len(ids)] == [int(i) for i in ids]
+        assert await browser.evaluate(STEPS_DONE) == ["done", "done", "done"]
     assert foreign_requests(browser, base) == []
 
 
