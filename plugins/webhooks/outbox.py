@@ -99,6 +99,7 @@ class Outcome:
     status_code: int | None
     error: str | None
     permanent: bool = False
+    response_excerpt: str | None = None
 
 
 def write_event(connection: Connection, event: OutboundEvent, subscription_ids: Sequence[int],
@@ -278,6 +279,7 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
         answers.append({"b_delivery": job.delivery_id, "b_number": job.number,
                         "b_started": outcome.started_at, "b_duration": outcome.duration_ms,
                         "b_status": outcome.status_code, "b_error": outcome.error,
+                        "b_excerpt": outcome.response_excerpt,
                         "b_outcome": UNKNOWN if settled == "stale" else settled})
         results.append(settled)
     # One executemany (psycopg pipelines it: one round trip), whatever the batch's size.
@@ -286,7 +288,7 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
         attempts.c.number == bindparam("b_number")).values(
         started_at=bindparam("b_started"), duration_ms=bindparam("b_duration"),
         status_code=bindparam("b_status"), error=bindparam("b_error"),
-        outcome=bindparam("b_outcome")), answers)
+        outcome=bindparam("b_outcome"), response_excerpt=bindparam("b_excerpt")), answers)
     return results
 
 

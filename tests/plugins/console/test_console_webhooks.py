@@ -48,7 +48,7 @@ async def test_a_failing_endpoint_shows_attempts_then_resend_and_recover(
     healthy = False
 
     def respond(_request: Received) -> Reply:
-        return Reply(204 if healthy else 503)
+        return Reply(204) if healthy else Reply(503, body=b'{"error": "down for <maintenance>"}')
 
     async with client(server) as http, running_receiver(respond) as receiver:
         await sign_in(http)
@@ -70,6 +70,7 @@ async def test_a_failing_endpoint_shows_attempts_then_resend_and_recover(
             await browser.load_by("document.getElementById('send-test').click()")
             failed = await _states(browser, page, ["failed"])
             assert "503" in failed and "webhook.ping" in failed
+            assert "down for &lt;maintenance&gt;" in failed  # the body's start, escaped
 
             healthy = True
             event_id = await browser.evaluate(
