@@ -17,7 +17,8 @@ call's, and, from the service's own metrics, RPC requests (all methods) and eth_
 request per chain; both must stay at or under one.
 
 Run it with ``python -m bench.bench_onchain`` (``--help`` lists the knobs). It prints the
-table and writes ``bench/results/onchain.json``.
+table with the load average at the start and the end, and writes
+``bench/results/onchain.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import statistics
 import sys
@@ -223,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WrkMissingError as error:
         print(error, file=sys.stderr)
         return 2
+    load_before = os.getloadavg()[0]
     users: list[LocalAccount] = [Account.create() for _ in range(args.users)]
     with contextlib.ExitStack() as stack:
         anvils = [stack.enter_context(running_anvil(chain_id))
@@ -230,8 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         deployments = trio.run(_prepare, anvils, users)
         results = [_measure(chains, anvils, deployments, users, args)
                    for chains in sorted(args.chains)]
+    load = {"start": load_before, "end": os.getloadavg()[0]}
     print(_report(results))
-    path = write_json(Path("onchain.json"), {"args": vars(args), "results": results})
+    print(f"load average (1 min): {load['start']:.1f} at the start, {load['end']:.1f} at the end")
+    path = write_json(Path("onchain.json"), {"args": vars(args), "results": results,
+                                             "load_average_1min": load})
     print(f"figures written to {path}")
     return 0
 

@@ -67,6 +67,25 @@ class ActorSpec:
     mailbox_size: int = 64
 
 
+@dataclass(frozen=True)
+class PartSpec:
+    """A part of the service under a supervisor of its own (an OTP supervisor child spec):
+    each plugin's actors are one, and a plugin may nest more (one per chain).
+
+    The part's supervisor restarts a crashed child alone, with backoff, within
+    ``supervisor.part_max_restarts``; past that, the part goes down as a whole, is listed as
+    failed in ``/readyz`` and ``flowsvc_part_failed``, and starts again after a long backoff,
+    while the rest of the service serves.
+
+    :param name: unique among the parts of one supervisor; shown in ``/readyz``, metrics
+        and logs.
+    :param children: actor specs and nested parts, started in order and stopped in reverse.
+    """
+
+    name: str
+    children: tuple[ActorSpec | PartSpec, ...]
+
+
 class _Reply:
     """A one-shot reply slot shared by a caller and the actor handling its request."""
 

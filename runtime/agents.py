@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from runtime.sandbox import Sandbox
 
 JsonObject = dict[str, Any]
 
@@ -20,8 +23,10 @@ JsonObject = dict[str, Any]
 class ToolContext:
     """What a tool may touch while it runs: one project's workspace, nothing else.
 
-    ``workspace`` is the root of the project's own git repository; tools must refuse
-    any path that resolves outside it (traversal or symlinks).
+    ``workspace`` is the work tree of the project's own git repository (whose git
+    directory lies outside it); tools must refuse any path that resolves outside it
+    (traversal or symlinks). ``sandbox`` is the service's one sandbox
+    (``runtime.sandbox``): any tool that runs a program runs it there, never on the host.
     """
 
     workspace: Path
@@ -29,6 +34,7 @@ class ToolContext:
     command_timeout: float = 30.0
     public_base_url: str = "http://127.0.0.1:8000"
     project_slug: str = ""
+    sandbox: Sandbox | None = None
 
 
 @dataclass(frozen=True)
@@ -70,13 +76,16 @@ class Tool:
     """One entry of the platform's allowed tool list.
 
     ``parameters`` is the JSON Schema of the arguments, sent as-is to models that
-    support tool calling.
+    support tool calling. ``needs`` names what the tool needs of the sandbox
+    (``commands`` or ``browser``): a tool that needs what the sandbox cannot offer on
+    this host is not offered to models.
     """
 
     name: str
     description: str
     parameters: JsonObject
     run: ToolFunction
+    needs: Literal["commands", "browser"] | None = None
 
 
 @dataclass(frozen=True)

@@ -59,11 +59,17 @@ async def open_service(settings: Settings, *, migrate: bool | None = None,
     """
     check_plugin_tables(settings)
     pm = get_plugin_manager(settings.plugins.enabled)
-    db = Database(settings.database_url, settings.service.db_threads)
+    db = Database(settings.database_url, settings.service.db_threads,
+                  timeout=settings.database.timeout_seconds,
+                  connect_timeout=settings.database.connect_timeout_seconds)
     try:
-        async with open_shared_state(settings.redis.url, settings.redis.prefix) as shared:
+        async with open_shared_state(
+                settings.redis.url, settings.redis.prefix,
+                connect_timeout=settings.redis.connect_timeout_seconds,
+                timeout=settings.redis.timeout_seconds) as shared:
             service = Service(settings, pm, db, shared, environ)
             check_variables(service, os.environ if environ is None else environ)
+            await service.sandbox.probe()
             if settings.database.migrate_on_start if migrate is None else migrate:
                 await upgrade(service)
             yield service

@@ -1,4 +1,4 @@
-"""The ``flowsvc`` command: serve, migrate, plugins, and the operator commands plugins add.
+"""The ``flowsvc`` command: serve, migrate, plugins, doctor, and the commands plugins add.
 
 The configuration file is found the same way from any working directory: ``--config``
 (before or after the sub-command), else ``$FLOWSVC_CONFIG``, else ``./config.toml`` when
@@ -44,6 +44,18 @@ async def _migrate(settings: Settings) -> int:
         pass
     print("migrations applied")
     return 0
+
+
+async def _doctor(settings: Settings) -> int:
+    """Say what this host offers the service's tools; 1 when something is missing."""
+    from runtime.sandbox import Sandbox
+
+    sandbox = Sandbox(settings.sandbox)
+    await sandbox.probe()
+    for need, state in sandbox.health().items():
+        if need != "ok":
+            print(f"sandbox {need}: {state}")
+    return 1 if sandbox.reasons else 0
 
 
 async def _plugins(settings: Settings) -> int:
@@ -106,6 +118,8 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
     command_parser("migrate", "apply database migrations of every enabled plugin")
     command_parser("plugins", "list enabled plugins with what they require and provide, their "
                               "hooks, actors and routes")
+    command_parser("doctor", "check what this host offers: the command sandbox and the browser "
+                             "(exit status 1 when one is unavailable)")
     for command in commands:
         command.add_arguments(command_parser(command.name, command.help))
     return parser
@@ -153,6 +167,8 @@ def _dispatch(settings: Settings, args: argparse.Namespace, commands: list[Comma
     from runtime.server import check_workers, run_server, serve_workers
     from runtime.shared import probe_redis
 
+    if args.command == "doctor":
+        return trio.run(_doctor, settings)
     if settings.redis.url and args.command != "plugins":
         trio.run(probe_redis, settings.redis.url)
     if args.command == "serve":

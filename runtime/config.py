@@ -56,6 +56,11 @@ class ServiceSettings(Section):
     max_body_bytes: int = Field(1_048_576, ge=1024)
     shutdown_grace_seconds: float = Field(10.0, ge=0)
     db_threads: int = Field(4, ge=1, le=64)
+    # Connections (docs/failure-behaviour.md, "Idle and slow clients").
+    keep_alive_timeout_seconds: float = Field(75.0, gt=0)
+    body_timeout_seconds: float = Field(30.0, gt=0)
+    max_connections: int = Field(0, ge=0)  # 0: the descriptor limit less a reserve
+    readiness_timeout_seconds: float = Field(2.0, gt=0)
     trusted_proxies: list[str] = []
     cookie_secure: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -105,6 +110,9 @@ def url_of_bind(bind: str) -> str:
 class DatabaseSettings(Section):
     url: str = ""
     migrate_on_start: bool = True
+    # Deadlines (docs/failure-behaviour.md, "Hung dependencies").
+    connect_timeout_seconds: float = Field(3.0, ge=2)  # libpq counts whole seconds, at least 2
+    timeout_seconds: float = Field(5.0, gt=0)
 
     @field_validator("url")
     @classmethod
@@ -116,6 +124,8 @@ class DatabaseSettings(Section):
 class RedisSettings(Section):
     url: str = ""
     prefix: str = Field("flowsvc:", min_length=1, max_length=64)
+    connect_timeout_seconds: float = Field(2.0, gt=0)
+    timeout_seconds: float = Field(2.0, gt=0)
 
     @field_validator("url")
     @classmethod
@@ -139,6 +149,11 @@ class SupervisorSettings(Section):
     within_seconds: float = Field(30.0, gt=0)
     backoff_initial_seconds: float = Field(0.1, ge=0)
     backoff_max_seconds: float = Field(5.0, ge=0)
+    # A part (a plugin, one chain) is taken down past this many restarts within
+    # within_seconds, and started again after part_retry_seconds, doubling to the max.
+    part_max_restarts: int = Field(3, ge=0)
+    part_retry_seconds: float = Field(60.0, gt=0)
+    part_retry_max_seconds: float = Field(900.0, gt=0)
 
 
 class LimitsSettings(Section):
@@ -146,6 +161,26 @@ class LimitsSettings(Section):
     authenticated_rpm: int = Field(240, ge=0)
     internal_rpm: int = Field(1000, ge=0)
     idempotency_hours: float = Field(24.0, gt=0)
+
+
+class SandboxSettings(Section):
+    """The command sandbox (``runtime/sandbox``, docs/agent-runtime.md): who runs it and the
+    limits a sandboxed command gets unless its tool asks for less."""
+
+    active: bool = True
+    uid_base: int = Field(200_000, ge=1000)
+    uid_count: int = Field(50_000, ge=1)
+    cpu_seconds: int = Field(60, ge=1)
+    memory_bytes: int = Field(2 * 1024**3, ge=64 * 1024**2)
+    file_bytes: int = Field(256 * 1024**2, ge=1024)
+    processes: int = Field(256, ge=8)
+    open_files: int = Field(1024, ge=16)
+    wall_seconds: float = Field(120.0, gt=0)
+    output_bytes: int = Field(1024**2, ge=1024)
+    workspace_bytes: int = Field(1024**3, ge=1024**2)
+    tmp_bytes: int = Field(256 * 1024**2, ge=1024**2)
+    browser_seconds: float = Field(30.0, ge=5)
+    registries: list[str] = []
 
 
 class PluginsSettings(Section):
@@ -163,6 +198,7 @@ class Settings(Section):
     internal: InternalSettings = InternalSettings()
     supervisor: SupervisorSettings = SupervisorSettings()
     limits: LimitsSettings = LimitsSettings()
+    sandbox: SandboxSettings = SandboxSettings()
     pricing: dict[str, Decimal] = {}
     plugins: PluginsSettings = PluginsSettings()
 

@@ -19,15 +19,23 @@ out by the server. docs/hypercorn-early-response.md has the reproduction and the
   body is not waited for;
 - when hypercorn is going to close (the body is still unfinished, HTTP/1.0, or a
   ``Connection: close`` either way), the app hears ``http.disconnect`` only once the ``send``
-  of the last message has returned, so the close really happens.
+  of the last message has returned, so the close really happens;
+- each request marks its connection busy, and idle again once answered, for the keep-alive
+  idle timeout that ``runtime.connections`` keeps (hypercorn's own timer is not restarted
+  after the first request, see below);
+- a request with both ``Content-Length`` and ``Transfer-Encoding`` gets a 400
+  ``invalid_request`` and the connection is closed (RFC 9112 section 6.1), without calling
+  the app: whatever follows on the connection (a smuggled request) is never read.
 
-A kept-alive exchange is left as it is: no task, no cancel scope, no extra checkpoint, a few
-checks per ASGI message. (There, the same cancellation stops hypercorn from restarting its
-keep-alive idle timer, which happens to spare a task per request; see the docs page.)
+A kept-alive exchange is otherwise left as it is: no task, no cancel scope, no extra
+checkpoint, a few checks per ASGI message. (There, the same cancellation stops hypercorn
+from restarting its keep-alive idle timer, a task per request; ``runtime.connections`` keeps
+the idle timeout instead, with a deadline on the connection's cancel scope.)
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, cast
 
@@ -41,6 +49,9 @@ from hypercorn.typing import (
     HTTPResponseStartEvent,
     Scope,
 )
+
+from runtime.connections import closing_answer, request_began, request_ended
+from runtime.errors import InvalidRequest
 
 log = logging.getLogger("flowsvc.http")
 
@@ -63,11 +74,38 @@ def guard_early_responses(app: ASGIFramework, *, max_drain_bytes: int,
         if scope["type"] != "http" or scope["http_version"] not in _HTTP1:
             await app(scope, receive, send)  # lifespan; an HTTP/2 stream ends on its own
             return
+        if _ambiguous_framing(scope["headers"]):
+            await _refuse_ambiguous_framing(send)
+            return
         exchange = _Exchange(scope["headers"], scope["http_version"] == "1.0", receive, send,
                              max_drain_bytes, drain_seconds)
-        await app(scope, exchange.receive, exchange.send)
+        request = request_began()
+        try:
+            await app(scope, exchange.receive, exchange.send)
+        finally:
+            request_ended(request)
 
     return guarded
+
+
+def _ambiguous_framing(headers: Any) -> bool:
+    """Both ``Content-Length`` and ``Transfer-Encoding``: a proxy in front may have read the
+    body by the other one, so what follows it on the connection may be a smuggled request."""
+    names = {name for name, _value in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
+async def _refuse_ambiguous_framing(send: ASGISendCallable) -> None:
+    """Answer 400 and close the connection (RFC 9112 section 6.1), without calling the app;
+    nothing else is read from this connection."""
+    error = InvalidRequest("a request may not carry both Content-Length and Transfer-Encoding")
+    body = json.dumps(error.body(), separators=(",", ":")).encode()
+    async with closing_answer():
+        await send({"type": "http.response.start", "status": error.status, "trailers": False,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _request_framing(headers: Any) -> tuple[bool, int | None, bool]:

@@ -92,6 +92,14 @@ class PayloadTooLarge(ServiceError):
     code = "payload_too_large"
 
 
+class RequestTimeout(ServiceError):
+    """Raised when the request body has not fully arrived within
+    ``service.body_timeout_seconds``; the connection is closed after the answer."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class UnsupportedMediaType(ServiceError):
     """Raised when a JSON route gets a body whose ``Content-Type`` is not JSON."""
 
@@ -131,11 +139,22 @@ class SpendCapReached(ServiceError):
     code = "spend_cap_reached"
 
 
+UNAVAILABLE_RETRY_AFTER_SECONDS = 5
+"""The ``Retry-After`` of every 503: about how long a client should wait before retrying."""
+
+
 class Unavailable(ServiceError):
-    """Raised when a dependency (database, Redis, chain RPC, an actor) cannot answer."""
+    """Raised when a dependency (database, Redis, chain RPC, an actor) cannot answer, or does
+    not answer within its deadline; carries ``Retry-After``
+    (``UNAVAILABLE_RETRY_AFTER_SECONDS`` unless ``headers`` says otherwise)."""
 
     status = 503
     code = "unavailable"
+
+    def __init__(self, message: str, *, details: list[dict[str, Any]] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, details=details, headers={
+            "Retry-After": str(UNAVAILABLE_RETRY_AFTER_SECONDS), **(headers or {})})
 
 
 class InternalError(ServiceError):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from quart import Blueprint, Request, Response
     from sqlalchemy import Connection, MetaData
 
-    from runtime.actors import ActorSpec
+    from runtime.actors import ActorSpec, PartSpec
     from runtime.agents import AgentTemplate, Tool
     from runtime.context import RequestContext
     from runtime.contracts import Provision
@@ -112,11 +112,13 @@ def flowsvc_commands() -> list[Command] | None:
 
 
 @hookspec
-def flowsvc_actors(service: Service) -> list[ActorSpec] | None:
-    """Return the long-lived actors the plugin needs; the supervisor starts them in order.
+def flowsvc_actors(service: Service) -> list[ActorSpec | PartSpec] | None:
+    """Return the long-lived actors the plugin needs; they run as one part of the service,
+    under a supervisor of the plugin's own, started in order.
 
     :param service: the service being started; actors keep what they need from it.
-    :return: actor specs with names unique across the service.
+    :return: actor specs with names unique across the service, and nested parts (a
+        ``PartSpec`` groups actors that fail and are retried together, such as one chain's).
     """
 
 

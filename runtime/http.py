@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
+import trio
 from flask.sansio.blueprints import Blueprint
 from pydantic import ValidationError
 from quart import Quart, Response, current_app, request
@@ -27,6 +28,7 @@ from runtime.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
     ServiceError,
     Unavailable,
 )
@@ -35,8 +37,6 @@ from runtime.openapi import ServiceOpenAPI, Success, answers
 from runtime.openapi_docs import install_docs
 from runtime.pipeline import Pipeline
 from runtime.service import Service
-from runtime.shared import SharedState
-from runtime.storage import Database
 
 log = logging.getLogger("flowsvc.http")
 _HEALTHY = b'{"status":"ok"}'
@@ -78,6 +78,12 @@ def _http_exception(exc: HTTPException) -> ServiceError:
             headers={"Connection": "close"})
     if exc.code == 400:
         return InvalidRequest("the request body is not valid JSON")
+    if exc.code == 408:
+        # The rest of the body may still be trickling in: this connection is done.
+        return RequestTimeout(
+            f"the request body did not arrive within "
+            f"{current_service().settings.service.body_timeout_seconds:g} s",
+            headers={"Connection": "close"})
     error = ServiceError(exc.description or "request failed")
     error.status = exc.code or 500  # type: ignore[misc]
     error.code = (exc.name or "error").lower().replace(" ", "_")  # type: ignore[misc]
@@ -87,10 +93,15 @@ def _http_exception(exc: HTTPException) -> ServiceError:
 def create_app(service: Service) -> Quart:
     """The app for ``service``; mounts the blueprints of every enabled plugin."""
     app = QuartTrio("flowsvc", static_folder=None)  # no /static route: nothing to serve
+    # werkzeug answers a path with "//" by a redirect to the merged path on the request's
+    # Host (a forged one included): here it is an unknown path, a 404.
+    app.url_map.merge_slashes = False
     app.request_class = FlowsvcRequest
     app.url_map.converters["int"] = BoundedIntegerConverter
     app.extensions["flowsvc"] = service
     app.config["MAX_CONTENT_LENGTH"] = service.settings.service.max_body_bytes
+    # The whole request body must arrive within this, however slowly it trickles (408).
+    app.config["BODY_TIMEOUT"] = service.settings.service.body_timeout_seconds
     app.config["QUART_SCHEMA_CONVERT_CASING"] = False
     schema = QuartSchema(app, openapi_path=None, info=Info(title="flowsvc", version="0.1.0"),
                          openapi_provider_class=ServiceOpenAPI)
@@ -166,28 +177,42 @@ def _install_probes(app: Quart, service: Service) -> None:
         """Readiness: 200 when every dependency answers, else 503 naming those that do not.
 
         ``checks`` has one entry per dependency (database, Redis or the in-process shared
-        state, each plugin's checks such as chain RPC endpoints) with ``ok`` and an ``error``.
+        state, each plugin's checks such as chain RPC endpoints) with ``ok`` and an ``error``,
+        and the sandbox's offer (``runtime.sandbox``). The checks run at once, each within
+        ``service.readiness_timeout_seconds``. A part of the service that is down (a plugin, one
+        chain: ``part:<name>``) is listed with ``ok: false`` and makes the status ``degraded``,
+        still 200: the rest serves, and every replica would report the same part, so a load
+        balancer must not pull them all for it.
         """
-        checks: dict[str, Any] = {}
-        ready = await _probe(checks, "database", service.db)
-        ready = await _probe(checks, "redis" if service.shared.kind == "redis" else "shared",
-                             service.shared) and ready
+        timeout = service.settings.service.readiness_timeout_seconds
+
+        async def database() -> None:
+            await service.db.ping(timeout=timeout)  # its own deadline: it shields its thread
+
+        probes: list[tuple[str, Callable[[], Awaitable[dict[str, Any] | None]]]] = [
+            ("database", database),
+            ("redis" if service.shared.kind == "redis" else "shared", service.shared.ping)]
         for plugin_checks in service.pm.hook.flowsvc_readiness_checks(service=service):
-            for check in plugin_checks or []:
-                try:
-                    checks[check.name] = {"ok": True, **(await check.check() or {})}
-                except Exception as exc:
-                    ready = False
-                    checks[check.name] = {"ok": False, "error": str(exc)}
+            probes += [(check.name, check.check) for check in plugin_checks or []]
+        results: dict[str, dict[str, Any]] = {}
+        async with trio.open_nursery() as nursery:
+            for name, probe in probes:
+                nursery.start_soon(_probe, results, name, probe, timeout)
+        checks = {name: results[name] for name, _ in probes}
         supervisor = service.supervisor
         if supervisor is not None and supervisor.gave_up.is_set():
-            ready = False
             checks["supervisor"] = {"ok": False, "error": supervisor.reason}
-        if ready:
-            return json_response({"status": "ready", "checks": checks})
         down = ", ".join(name for name, check in checks.items() if not check["ok"])
-        body = Unavailable(f"not ready: {down}").body()
-        return json_response({**body, "status": "unavailable", "checks": checks}, 503)
+        checks["sandbox"] = service.sandbox.health()
+        failed_parts = supervisor.failed_parts() if supervisor is not None else {}
+        for part, reason in failed_parts.items():
+            checks[f"part:{part}"] = {"ok": False, "error": f"down: {reason}"}
+        if not down:
+            return json_response({"status": "degraded" if failed_parts else "ready",
+                                  "checks": checks})
+        error = Unavailable(f"not ready: {down}")
+        return json_response({**error.body(), "status": "unavailable", "checks": checks}, 503,
+                             error.headers)
 
     @app.get("/metrics")
     @answers(Success(200, "text/plain", "the Prometheus text format"))
@@ -198,14 +223,18 @@ def _install_probes(app: Quart, service: Service) -> None:
         return Response(service.metrics.render(), content_type=CONTENT_TYPE)
 
 
-async def _probe(checks: dict[str, Any], name: str, target: Database | SharedState) -> bool:
+async def _probe(results: dict[str, dict[str, Any]], name: str,
+                 probe: Callable[[], Awaitable[dict[str, Any] | None]], timeout: float) -> None:
+    """Run one readiness check into ``results[name]``; no answer within ``timeout`` is a
+    failure like an error (a hung dependency must not hang ``/readyz``)."""
     try:
-        await target.ping()
+        with trio.fail_after(timeout):
+            details = await probe()
+    except trio.TooSlowError:
+        results[name] = {"ok": False, "error": f"no answer within {timeout:g} s"}
     except Unavailable as exc:
-        checks[name] = {"ok": False, "error": exc.message}
-        return False
+        results[name] = {"ok": False, "error": exc.message}
     except Exception as exc:
-        checks[name] = {"ok": False, "error": type(exc).__name__}
-        return False
-    checks[name] = {"ok": True}
-    return True
+        results[name] = {"ok": False, "error": str(exc) or type(exc).__name__}
+    else:
+        results[name] = {"ok": True, **(details or {})}

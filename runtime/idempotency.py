@@ -77,7 +77,7 @@ class StoredResponse:
 
 def validate_key(key: str) -> str:
     """:raises InvalidRequest: the key is empty, too long or not printable ASCII."""
-    if not _VALID_KEY.match(key):
+    if not _VALID_KEY.fullmatch(key):
         raise InvalidRequest(f"{HEADER} must be 1 to 255 printable ASCII characters",
                              details=[{"field": HEADER, "message": "invalid"}])
     return key

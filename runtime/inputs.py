@@ -4,10 +4,12 @@ Every JSON body is read by ``parse_json_body`` (through ``FlowsvcRequest.get_jso
 quart-schema's ``validate_request`` calls): UTF-8 only, no byte order mark, no ``NaN`` or
 ``Infinity``, at most ``MAX_DEPTH`` levels of nesting and no NUL character in any string
 (PostgreSQL cannot store one). Anything else is a 400 ``invalid_request`` naming what is
-wrong, never a 500; a body sent with another ``Content-Type`` is a 415. Text fields that
-people read (names, titles) use ``Label`` or ``Text``; integer path ids use the ``int``
-converter bounded to a signed 64-bit integer, so an id that cannot exist is a 404 instead
-of an overflow in the database.
+wrong, never a 500; a body sent with another ``Content-Type`` is a 415. Every body model
+derives from ``Body``: strict types (a JSON boolean is a boolean, an integer an integer) and
+no unknown field. Text fields that people read (names, titles) use ``Label`` or ``Text``;
+times ``Time``. Integer path ids use the ``int`` converter: ASCII digits bounded to a signed
+64-bit integer, so an id that cannot exist is a 404 instead of an overflow in the database
+or another id read from other digits (``int()`` also reads "١٢" as 12).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Strict
 from quart_trio.wrappers.request import TrioRequest
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import IntegerConverter
@@ -118,22 +120,42 @@ class FlowsvcRequest(TrioRequest):
 class Body(BaseModel):
     """Base of every request body model: a field the model does not name is refused with a
     400 naming it (``details: [{field, message: "Extra inputs are not permitted"}]``),
-    so a misspelt optional field never passes silently."""
+    so a misspelt optional field never passes silently; and every field is strict: a
+    boolean takes only ``true``/``false`` (not ``0`` or ``"yes"``), an integer only a JSON
+    integer (not ``true``, ``1.0`` or ``"1"``), a string only a string. A number field
+    takes integers and fractions. tests/runtime/test_inputs.py walks every body model of
+    every plugin and fails on a lax one."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _time_string(value: object) -> object:
+    if not isinstance(value, str):
+        raise ValueError("must be an ISO 8601 time string with its offset")
+    return value
+
+
+Time = Annotated[AwareDatetime, Strict(False), BeforeValidator(_time_string)]
+"""A time in a body: an ISO 8601 string with an offset, nothing else. (Strict validation
+of a parsed JSON body would take only ``datetime`` objects, and lax validation also reads
+numbers as Unix times.)"""
 
 
 class BoundedIntegerConverter(IntegerConverter):
-    """``<int:id>`` for ids: a number above 2^63 - 1 cannot exist, so its path is a 404.
+    """``<int:id>`` for ids: ASCII digits only, and a number above 2^63 - 1 cannot exist;
+    either way the path is a 404.
 
     Raised from here rather than by declining the match (werkzeug's ``max``), which would
     answer 405 when another method's rule matches the same path.
     """
 
     def to_python(self, value: str) -> int:
+        # The rule's \d+ also matches the digits of every script, which int() reads.
+        if not value.isascii():
+            raise NotFound()  # rendered as the service's 404 by runtime.http
         number = int(value)
         if number > MAX_ID:
-            raise NotFound()  # rendered as the service's 404 by runtime.http
+            raise NotFound()
         return number
 
 

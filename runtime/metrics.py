@@ -64,7 +64,8 @@ class RequestStats:
 
 
 class Metrics:
-    """The core collectors: HTTP traffic, actor restarts and mailbox depths."""
+    """The core collectors: HTTP traffic and connections, actor restarts, mailbox depths and
+    failed parts."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -75,6 +76,18 @@ class Metrics:
         self.mailbox_depth = Gauge(
             "flowsvc_actor_mailbox_depth", "Messages waiting in each actor's mailbox",
             ["actor"], registry=self.registry)
+        self.part_failed = Gauge(
+            "flowsvc_part_failed", "1 while a part of the service (a plugin, one chain) is down "
+            "after exhausting its restart intensity, until it starts again",
+            ["part"], registry=self.registry)
+        self.part_failures = Counter(
+            "flowsvc_part_failures", "Times each part of the service went down",
+            ["part"], registry=self.registry)
+        self.open_connections = Gauge(
+            "flowsvc_http_connections", "Open client connections", registry=self.registry)
+        self.refused_connections = Counter(
+            "flowsvc_http_connections_refused",
+            "Connections refused at service.max_connections", registry=self.registry)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every collector."""

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from runtime.config import ConfigError
 from runtime.plugins import disabled_plugin_migrations
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent / "migrations"
 _IN_PROCESS = threading.Lock()
 _ADVISORY_LOCK_CLASS = int.from_bytes(b"flow", "big") >> 1  # any fixed int4
+_MIGRATION_LOCK_WAIT_MS = 600_000
 
 
 def alembic_config(service: Service) -> Config:
@@ -58,8 +61,12 @@ def upgrade_sync(service: Service) -> None:
     """Upgrade every head in one transaction, one process and one caller at a time."""
     config = alembic_config(service)
     # On SQLite the transaction itself is the lock: it begins IMMEDIATE (runtime.storage).
-    with _IN_PROCESS, service.db.engine.begin() as connection:
+    with _IN_PROCESS, service.db.engine.connect() as connection, \
+            _without_deadline(connection, service.db.timeout):
         if connection.dialect.name == "postgresql":
+            # A migration may wait for the lock, and rewrite a large table, far longer than
+            # one request's database.timeout_seconds.
+            connection.execute(text("SET LOCAL statement_timeout = 0"))
             # Per schema: services in other schemas of the database migrate independently.
             connection.execute(text("SELECT pg_advisory_xact_lock(:class, "
                                     "hashtext(current_schema()))"),
@@ -80,6 +87,23 @@ def upgrade_sync(service: Service) -> None:
                 f"the database was migrated by a plugin that is neither enabled nor installed "
                 f"now ({exc}); install and enable it again, or restore a database without it"
             ) from None
+
+
+@contextmanager
+def _without_deadline(connection: Connection, timeout: float) -> Iterator[None]:
+    """One transaction on ``connection``; on SQLite it waits for the write lock as long as
+    another migration holds it (the busy timeout is put back afterwards). The pragma goes
+    to the driver's connection: through SQLAlchemy it would begin the transaction first."""
+    sqlite = connection.dialect.name == "sqlite"
+    driver: Any = connection.connection.driver_connection
+    if sqlite:
+        driver.execute(f"PRAGMA busy_timeout={_MIGRATION_LOCK_WAIT_MS}")
+    try:
+        with connection.begin():
+            yield
+    finally:
+        if sqlite:
+            driver.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
 
 
 async def upgrade(service: Service) -> None:

@@ -98,10 +98,9 @@ WRITES: tuple[type[ServiceError], ...] = (
     errors.PayloadTooLarge, errors.IdempotencyInProgress, errors.IdempotencyKeyReused)
 # What a route that reads a JSON body can be answered besides: a body of another type.
 BODIES: tuple[type[ServiceError], ...] = (errors.UnsupportedMediaType,)
-_RESPONSE_HEADERS: dict[int, dict[str, Any]] = {
-    429: {"Retry-After": {"description": "seconds to wait before trying again",
-                          "required": True, "schema": {"type": "string"}}},
-}
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before trying again",
+                                "required": True, "schema": {"type": "string"}}}
+_RESPONSE_HEADERS: dict[int, dict[str, Any]] = {429: _RETRY_AFTER, 503: _RETRY_AFTER}
 # The runtime's probes: for load balancers and monitoring, no credentials.
 _PROBES = frozenset({"healthz", "readyz", "metrics"})
 SERVICE_TAG = "service"  # the tag of the runtime's own routes

@@ -1,7 +1,8 @@
 """Serving: we own the root nursery; actors and hypercorn run inside it.
 
 ``run_server`` opens the service, starts the supervisor and every actor, then hypercorn's
-Trio worker with a shutdown trigger. SIGINT or SIGTERM stops accepting, lets in-flight
+Trio worker (``runtime.connections``: a connection cap, the descriptor limit raised) with a
+shutdown trigger. SIGINT or SIGTERM stops accepting, lets in-flight
 requests finish within ``service.shutdown_grace_seconds``, stops the actors in reverse
 order and returns 0. When the supervisor gives up (an actor keeps crashing) the same
 clean shutdown happens and the reason is logged; the exit code is then 1.
@@ -22,10 +23,15 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from runtime.bootstrap import open_service
 from runtime.config import ConfigError, Settings
+from runtime.connections import (
+    ConnectionGate,
+    connection_cap,
+    raise_descriptor_limit,
+    serve_http,
+)
 from runtime.early_response import guard_early_responses
 from runtime.http import create_app
 from runtime.service import Service
@@ -40,6 +46,10 @@ def hypercorn_config(settings: Settings, bind: str) -> HypercornConfig:
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = settings.service.shutdown_grace_seconds
     config.max_app_queue_size = 64
+    config.backlog = 1024  # connections the kernel queues before accepting (hypercorn: 100)
+    # hypercorn's own idle timer, until a connection's first request; runtime.connections
+    # keeps the same timeout after that.
+    config.keep_alive_timeout = settings.service.keep_alive_timeout_seconds
     return config
 
 
@@ -55,11 +65,12 @@ def _tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-async def _serve_http(app: Any, config: HypercornConfig, stop: trio.Event, served: trio.Event,
-                      *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+async def _serve_http(app: Any, config: HypercornConfig, gate: ConnectionGate, stop: trio.Event,
+                      served: trio.Event, *,
+                      task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
                       ) -> None:
     try:
-        await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+        await serve_http(app, config, gate, shutdown_trigger=stop.wait, task_status=task_status)
     finally:
         served.set()
 
@@ -110,9 +121,13 @@ async def run_server(settings: Settings, *, bind: str | None = None, handle_sign
         config = hypercorn_config(settings, bind or settings.service.bind)
         app = guard_early_responses(create_app(service),
                                     max_drain_bytes=settings.service.max_body_bytes)
+        descriptors = raise_descriptor_limit()
+        gate = ConnectionGate(connection_cap(settings.service.max_connections, descriptors),
+                              settings.service.keep_alive_timeout_seconds, service.metrics)
         _tune_gc()
-        binds = await nursery.start(_serve_http, app, config, stop, served)
-        log.info("flowsvc serving on %s", ", ".join(binds))
+        binds = await nursery.start(_serve_http, app, config, gate, stop, served)
+        log.info("flowsvc serving on %s (at most %d connections; %d descriptors)",
+                 ", ".join(binds), gate.limit, descriptors)
         task_status.started(Running(binds, service))
         await served.wait()
         await supervisor.stop_all()

@@ -2,7 +2,8 @@
 
 ``runtime.bootstrap.open_service`` builds a ``Service`` (plugin manager, plugin settings,
 database, shared state, registries collected from hooks); ``Service.start_actors`` then
-starts the actors under a supervisor in a nursery the caller owns. The service also owns
+starts the actors in a nursery the caller owns: the core's under the root supervisor, each
+plugin's as a part under a supervisor of its own (``runtime.supervisor``). The service also owns
 each plugin's state (``Service.state``) and the contracts plugins provide to each other
 (``Service.contract``).
 """
@@ -12,22 +13,23 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import pluggy
 import trio
 from sqlalchemy import Connection, MetaData
 
-from runtime.actors import Registry
+from runtime.actors import ActorSpec, PartSpec, Registry
 from runtime.agents import AgentTemplate, Tool
 from runtime.config import ConfigError, Section, Settings, validate_section
 from runtime.contracts import Contract, Provision
 from runtime.errors import Unavailable
 from runtime.events import EventType, OutboundEvent
 from runtime.metrics import Metrics
+from runtime.sandbox import Sandbox
 from runtime.shared import SharedState
 from runtime.storage import Database
-from runtime.supervisor import Supervisor
+from runtime.supervisor import CORE, Supervisor
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -83,6 +85,7 @@ class Service:
         self.shared = shared
         self.registry = Registry()
         self.metrics = Metrics()
+        self.sandbox = Sandbox(settings.sandbox)  # probed by open_service
         self.supervisor: Supervisor | None = None
         self._states: dict[StateSlot[Any], Any] = {}
         self._plugin_settings = self._validate_plugin_settings(
@@ -173,11 +176,24 @@ class Service:
         return event
 
     async def start_actors(self, nursery: trio.Nursery) -> Supervisor:
-        """Start the supervisor and every plugin's actors, in plugin order, in ``nursery``."""
+        """Start the root supervisor in ``nursery`` and, in plugin order, the core's actors
+        under it and each plugin's actors as a part of their own (named after the plugin):
+        a plugin that keeps crashing is taken down and retried, the core stops the service.
+
+        :raises: a boot failure of any actor (the service does not start).
+        """
         self.supervisor = Supervisor(nursery, self.settings.supervisor, self.registry,
                                      self.metrics)
-        for spec in _flatten(list(reversed(self.pm.hook.flowsvc_actors(service=self)))):
-            await self.supervisor.start(spec)
+        # Implementations in plugin (registration) order, with the plugin each belongs to.
+        for hookimpl in self.pm.hook.flowsvc_actors.get_hookimpls():
+            returned = cast("list[ActorSpec | PartSpec] | None",
+                            hookimpl.function(service=self))
+            specs = tuple(returned or ())
+            if hookimpl.plugin_name == CORE:
+                for spec in specs:
+                    await self.supervisor.start_child(spec)
+            elif specs:
+                await self.supervisor.start_part(PartSpec(hookimpl.plugin_name, specs))
         return self.supervisor
 
 

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import coredis
 import trio
+from coredis.retry import NoRetryPolicy
 
 from runtime.config import ConfigError
 from runtime.errors import Unavailable, is_outage
@@ -230,9 +231,10 @@ class RedisAccess:
     :param client: the connected coredis client the shared state owns.
     """
 
-    def __init__(self, client: coredis.Redis[str], prefix: str) -> None:
+    def __init__(self, client: coredis.Redis[str], prefix: str, timeout: float) -> None:
         self._client = client
         self._prefix = prefix
+        self._timeout = timeout
 
     def key(self, name: str) -> str:
         """The Redis key of a logical name (every key carries the service prefix)."""
@@ -257,7 +259,10 @@ class RedisAccess:
     async def stream_read(self, positions: Mapping[str, str], *, count: int, block_ms: int
                           ) -> dict[str, list[StreamEntry]]:
         """The entries after each stream's position (``"$"``: only new ones), waiting up to
-        ``block_ms`` for one; keyed by the logical stream names asked for."""
+        ``block_ms`` for one; keyed by the logical stream names asked for. The wait is cut
+        to half the command deadline (``redis.timeout_seconds``), which it must stay under;
+        an empty answer is the same as a wait that found nothing."""
+        block_ms = min(block_ms, int(self._timeout * 500))
         reply = await self._client.xread({self.key(name): position
                                           for name, position in positions.items()},
                                          count=count, block=block_ms)
@@ -298,13 +303,15 @@ class RedisSharedState:
 
     :param client: a connected coredis client (``decode_responses=True``); owned by the
         caller of ``open_shared_state``.
+    :param timeout: the client's command deadline (its ``stream_timeout``), in seconds.
     """
 
     kind: Literal["memory", "redis"] = "redis"
 
-    def __init__(self, client: coredis.Redis[str], prefix: str = "flowsvc:") -> None:
+    def __init__(self, client: coredis.Redis[str], prefix: str = "flowsvc:", *,
+                 timeout: float = 2.0) -> None:
         self._client = client
-        access = RedisAccess(client, prefix)
+        access = RedisAccess(client, prefix, timeout)
         self.redis: RedisAccess | None = access
         self.key = access.key
         self._window_script = client.register_script(_SLIDING_WINDOW_LUA)
@@ -390,19 +397,29 @@ class _PubSubMessages:
 
 
 @asynccontextmanager
-async def open_shared_state(redis_url: str, prefix: str = "flowsvc:"
+async def open_shared_state(redis_url: str, prefix: str = "flowsvc:", *,
+                            connect_timeout: float = 2.0, timeout: float = 2.0
                             ) -> AsyncIterator[SharedState]:
     """The shared state for ``redis_url``: Redis when set, in-process when empty.
 
     :param prefix: put before every Redis key and channel, so that several deployments
         (or test runs) can share one Redis.
+    :param connect_timeout: the deadline of opening a Redis connection, in seconds.
+    :param timeout: the deadline of one Redis command's answer (``redis.timeout_seconds``);
+        past it the command raises ``TimeoutError``, an outage (503 on a route).
     """
     if not redis_url:
         yield MemorySharedState()
         return
-    client: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+    # A frozen Redis accepts connections (its kernel does) and never answers: opening a
+    # connection and every command have a deadline. Nothing is retried here (coredis retries
+    # twice by default): a retry multiplies the wait for a hung Redis, and the caller answers
+    # 503 or backs off anyway.
+    client: coredis.Redis[str] = coredis.Redis.from_url(
+        redis_url, decode_responses=True, connect_timeout=connect_timeout,
+        stream_timeout=timeout, retry_policy=NoRetryPolicy())
     async with client:
-        yield RedisSharedState(client, prefix)
+        yield RedisSharedState(client, prefix, timeout=timeout)
 
 
 REDIS_START_SECONDS = 5.0

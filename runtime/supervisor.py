@@ -1,15 +1,24 @@
-"""A small one_for_one supervisor in the manner of OTP (trio has none).
+"""Small one_for_one supervisors in the manner of OTP (trio has none), nested in parts.
 
 Children start in order and stop in reverse. A child that crashes is restarted alone,
-after an exponential backoff; when more than ``max_restarts`` restarts happen within
-``within_seconds`` the supervisor gives up: it records why, sets ``gave_up`` and the
-service shuts down cleanly. It never restarts anything on its own initiative beyond
-that, and it never swallows ``trio.Cancelled``.
+after an exponential backoff; more than a supervisor's intensity of restarts within
+``within_seconds`` and it gives up: it records why and sets ``gave_up``. It never swallows
+``trio.Cancelled``.
+
+**Faults stay where they start.** The core's supervisor (the root: the core's own actors,
+``supervisor.max_restarts``) giving up shuts the service down cleanly. Every other child of
+the root is a *part* (``PartSpec``: each plugin's actors, and parts a plugin nests, such as
+one per chain) with a supervisor of its own and a smaller intensity
+(``part_max_restarts``). A part's supervisor giving up takes that part down (its children
+stop in reverse), lists it in ``failed_parts`` (``/readyz``) and ``flowsvc_part_failed``,
+and starts it again after ``part_retry_seconds``, doubling up to ``part_retry_max_seconds``
+while it keeps failing; the rest of the service serves meanwhile. A part never escalates
+to its parent, so nested intensities do not multiply.
 
 **Outages are not crashes.** An actor that ends with an exception saying a dependency is
 down (``runtime.errors.is_outage``: the database, Redis, a chain RPC or a provider is
 unavailable) is restarted with the same backoff, but the restart is not counted against
-the intensity: a database failover of any length must not stop the service. Actors are
+the intensity: a database failover of any length must not stop anything. Actors are
 expected to wait out outages themselves (``runtime.follow``, retry loops); this is the
 safety net for the ones that let one escape. Any other exception is a bug, and the
 intensity is there to stop a crash loop.
@@ -19,17 +28,29 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import trio
 
-from runtime.actors import ActorSpec, Address, Mailbox, Registry, open_mailbox
+from runtime.actors import ActorSpec, Address, Mailbox, PartSpec, Registry, open_mailbox
 from runtime.config import SupervisorSettings
 from runtime.errors import Unavailable, is_outage
 from runtime.metrics import Metrics
 
 log = logging.getLogger("flowsvc.supervisor")
+
+CORE = "core"
+
+
+def current_supervisor() -> Supervisor:
+    """The supervisor running the calling actor: the one to start the children an actor
+    owns under (a plugin's actor gets its part's, so their crashes stay in that part).
+
+    :raises LookupError: called outside an actor.
+    """
+    return _current.get()
 
 
 @dataclass
@@ -41,19 +62,34 @@ class _Child:
     finished: trio.Event = field(default_factory=trio.Event)
 
 
+@dataclass
+class _Part:
+    spec: PartSpec
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    # The supervisor of the part while it runs; None while it is down.
+    current: Supervisor | None = None
+    # Why it is down, while it is.
+    failed: str | None = None
+
+
 class Supervisor:
-    """Runs actors in a nursery it is given; the owner of that nursery owns their lives.
+    """Runs actors and parts in a nursery it is given; the owner of that nursery owns their
+    lives.
 
     :param nursery: where children run; the caller keeps it open until ``stop_all``.
+    :param name: ``core`` for the root; a part's name for the supervisor of a part.
     """
 
     def __init__(self, nursery: trio.Nursery, settings: SupervisorSettings,
-                 registry: Registry, metrics: Metrics) -> None:
+                 registry: Registry, metrics: Metrics, *, name: str = CORE) -> None:
+        self.name = name
         self._nursery = nursery
         self._settings = settings
         self._registry = registry
         self._metrics = metrics
-        self._children: dict[str, _Child] = {}
+        self._max_restarts = settings.max_restarts if name == CORE else settings.part_max_restarts
+        # Children in start order: actors by name, parts by ("part", name).
+        self._children: dict[str | tuple[str, str], _Child | _Part] = {}
         self._restarts: deque[float] = deque()
         self.gave_up = trio.Event()
         self.reason: str | None = None
@@ -79,29 +115,139 @@ class Supervisor:
             raise
         return address
 
+    async def start_part(self, spec: PartSpec) -> None:
+        """Start the part ``spec`` under a supervisor of its own; return once every child of
+        it started.
+
+        :raises ValueError: a part with that name already runs here.
+        :raises: whatever a child raised before it was ready, on this first start only
+            (a boot failure fails the start of the service; later ones take the part down).
+        """
+        key = ("part", spec.name)
+        if key in self._children:
+            raise ValueError(f"a part named {spec.name!r} is already running")
+        part = self._children[key] = _Part(spec)
+        try:
+            await self._nursery.start(self._run_part, part)
+        except BaseException:
+            self._children.pop(key, None)
+            raise
+
+    async def start_child(self, spec: ActorSpec | PartSpec) -> None:
+        """Start an actor or a part (see ``start`` and ``start_part``)."""
+        if isinstance(spec, PartSpec):
+            await self.start_part(spec)
+        else:
+            await self.start(spec)
+
     async def stop(self, name: str) -> None:
-        """Cancel one child and wait up to its ``shutdown_timeout`` for it to finish.
+        """Cancel one actor and wait up to its ``shutdown_timeout`` for it to finish.
 
         Its address is closed at once: callers get ``Unavailable`` instead of a timeout.
         """
         child = self._children.get(name)
-        if child is None:
-            return
+        if isinstance(child, _Child):
+            await self._stop_actor(child)
+
+    async def stop_all(self) -> None:
+        """Stop every child, the last started first; a part stops its own children so."""
+        for child in reversed(list(self._children.values())):
+            if isinstance(child, _Child):
+                await self._stop_actor(child)
+            else:
+                await self._stop_part(child)
+
+    def running(self) -> list[str]:
+        """The names of the running actors, those of running parts included, in start order."""
+        names: list[str] = []
+        for child in self._children.values():
+            if isinstance(child, _Child):
+                names.append(child.spec.name)
+            elif child.current is not None:
+                names.extend(child.current.running())
+        return names
+
+    def failed_parts(self) -> dict[str, str]:
+        """Why each part that is down is (nested parts included), by part name."""
+        failed: dict[str, str] = {}
+        for child in self._children.values():
+            if isinstance(child, _Part):
+                if child.failed is not None:
+                    failed[child.spec.name] = child.failed
+                if child.current is not None:
+                    failed.update(child.current.failed_parts())
+        return failed
+
+    async def _stop_actor(self, child: _Child) -> None:
         child.scope.cancel()
         self._forget(child)
         with trio.move_on_after(child.spec.shutdown_timeout):
             await child.finished.wait()
 
-    async def stop_all(self) -> None:
-        """Stop every child, the last started first."""
-        for name in reversed(list(self._children)):
-            await self.stop(name)
+    async def _stop_part(self, part: _Part) -> None:
+        """Stop the part's children in reverse (each within its timeout), then the part."""
+        self._children.pop(("part", part.spec.name), None)
+        if part.current is not None:
+            await part.current.stop_all()
+        part.scope.cancel()
 
-    def running(self) -> list[str]:
-        return list(self._children)
+    async def _run_part(self, part: _Part, *, task_status: trio.TaskStatus[None]) -> None:
+        """Run the part until it is stopped: start it, and after each time it goes down wait
+        the retry backoff and start it again."""
+        name = part.spec.name
+        retry = self._settings.part_retry_seconds
+        status: trio.TaskStatus[None] | None = task_status
+        with part.scope:
+            while True:
+                began = trio.current_time()
+                reason = await self._part_once(part, status)
+                status = None
+                if trio.current_time() - began > self._settings.part_retry_max_seconds:
+                    retry = self._settings.part_retry_seconds  # it was healthy a long time
+                part.failed = reason
+                self._metrics.part_failed.labels(part=name).set(1)
+                self._metrics.part_failures.labels(part=name).inc()
+                log.error("part %s is down: %s; it starts again in %g s", name, reason, retry)
+                await trio.sleep(retry)
+                retry = min(retry * 2, self._settings.part_retry_max_seconds)
+                log.warning("part %s starts again", name)
+
+    async def _part_once(self, part: _Part, status: trio.TaskStatus[None] | None) -> str:
+        """Start the part's children under a fresh supervisor and run them until it gives up;
+        return why. ``status`` is given on the first start only: a boot failure then
+        propagates to whoever started the part."""
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            supervisor = Supervisor(nursery, self._settings, self._registry, self._metrics,
+                                    name=part.spec.name)
+            part.current = supervisor
+            try:
+                for spec in part.spec.children:
+                    await supervisor.start_child(spec)
+            except Exception as error:
+                failure = error
+            else:
+                if status is not None:
+                    status.started()
+                if part.failed is not None:
+                    log.warning("part %s is up again", part.spec.name)
+                part.failed = None
+                self._metrics.part_failed.labels(part=part.spec.name).set(0)
+                await supervisor.gave_up.wait()
+            part.current = None
+            await supervisor.stop_all()
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            if status is not None:
+                raise failure
+            log.error("part %s failed to start", part.spec.name, exc_info=failure)
+            return f"it failed to start ({type(failure).__name__})"
+        assert supervisor.reason is not None
+        return supervisor.reason
 
     async def _supervise(self, child: _Child, *, task_status: trio.TaskStatus[None]) -> None:
         spec = child.spec
+        _current.set(self)
         backoff = self._settings.backoff_initial_seconds
         status: _StartStatus | None = _StartStatus(task_status)
         try:
@@ -170,12 +316,13 @@ class Supervisor:
             self._restarts.append(now)
             while self._restarts and now - self._restarts[0] > self._settings.within_seconds:
                 self._restarts.popleft()
-            if len(self._restarts) > self._settings.max_restarts:
+            if len(self._restarts) > self._max_restarts:
                 self.reason = (
-                    f"actor {name} crashed: more than {self._settings.max_restarts} restarts "
+                    f"actor {name} crashed: more than {self._max_restarts} restarts "
                     f"within {self._settings.within_seconds:g} s"
                 )
-                log.error("supervisor gives up: %s", self.reason)
+                whose = "supervisor" if self.name == CORE else f"supervisor of part {self.name}"
+                log.error("%s gives up: %s", whose, self.reason)
                 self.gave_up.set()
                 return False
         log.warning("restarting actor %s", name)
@@ -184,6 +331,8 @@ class Supervisor:
 
 
 _Ending = Literal["returned", "crashed", "outage"]
+# Set in each actor's own task (``_supervise``), so the actor and its tasks see it.
+_current: ContextVar[Supervisor] = ContextVar("flowsvc_supervisor")
 
 
 class _StartStatus:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -23,6 +27,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     problems = check_reachable()
     if problems:
         raise pytest.UsageError("test backends unreachable:\n  " + "\n  ".join(problems))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The temporary folders of this checkout's sessions live apart: the sandbox (tests run
+    # as root) must pass through them, and a session resets its temporary root to 0700.
+    checkout = hashlib.sha256(str(config.rootpath).encode()).hexdigest()[:12]
+    root = Path(tempfile.gettempdir()) / f"flowsvc-tests-{checkout}"
+    root.mkdir(mode=0o711, exist_ok=True)
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(root))
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_reaches_tmp_path(tmp_path: Path) -> None:
+    """Run as root, the sandbox mounts a work tree as its own uid, which must pass through
+    the folders above it: pytest makes them private (0700)."""
+    if os.geteuid() == 0:
+        for folder in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
+            # Search only (no listing) for others: what bwrap as the sandbox uid needs.
+            os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) | 0o011)  # noqa: S103
 
 
 @pytest.fixture(params=DATABASES)

@@ -17,8 +17,10 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from plugins.auth.errors import TelegramInvalid
+from runtime.inputs import MAX_ID
 
 CLOCK_SKEW_SECONDS = 60
+AUTH_DATE_DIGITS = 12
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,13 @@ def validate_init_data(init_data: str, bot_token: str, max_age_seconds: int,
     if not received or not hmac.compare_digest(expected, received.encode()):
         raise TelegramInvalid("initData hash does not match")
     try:
-        auth_date = int(fields["auth_date"])
+        auth_date = _auth_date(fields["auth_date"])
         user = json.loads(fields["user"])
-        identity = MessengerIdentity(id=int(user["id"]), username=_text(user.get("username")),
+        identity = MessengerIdentity(id=_user_id(user["id"]),
+                                     username=_text(user.get("username")),
                                      first_name=_text(user.get("first_name")),
                                      last_name=_text(user.get("last_name")))
-    except (KeyError, ValueError, TypeError):
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError):
         raise TelegramInvalid("initData has no valid user or auth_date") from None
     age = (now if now is not None else time.time()) - auth_date
     if age > max_age_seconds:
@@ -80,6 +83,22 @@ def validate_init_data(init_data: str, bot_token: str, max_age_seconds: int,
     if age < -CLOCK_SKEW_SECONDS:
         raise TelegramInvalid("initData is dated in the future")
     return identity
+
+
+def _auth_date(value: str) -> int:
+    """Unix seconds in ASCII digits (``int()`` also reads other scripts' digits, and a
+    number of hundreds of digits overflows the float of the age check)."""
+    if not (value.isascii() and value.isdigit() and len(value) <= AUTH_DATE_DIGITS):
+        raise ValueError("auth_date is not Unix seconds")
+    return int(value)
+
+
+def _user_id(value: Any) -> int:
+    """A JSON integer from 1 to 2^63 - 1, what the ``users`` table stores (not ``true``,
+    ``7001.9`` or ``"7001"``)."""
+    if type(value) is not int or not 0 < value <= MAX_ID:
+        raise ValueError("user.id is not an id")
+    return value
 
 
 def _text(value: Any) -> str | None:

@@ -3,9 +3,11 @@
 ``settle`` runs inside one transaction (a callback's, the scheduler's, or the chain
 indexer's). It records the payment under its provider reference, unique in
 ``billing_payments``: the same confirmation delivered twice finds the row already there and
-changes nothing (an insert that fails, not a check-then-insert). A payment grants only when
-it pays an open, unexpired invoice exactly; otherwise it is recorded with the reason and
-reported, never silently granted:
+changes nothing (an insert that fails, not a check-then-insert). A payment is matched to the
+invoice it names only if that invoice went to the same provider and, for a callback's, was
+opened as the checkout the callback names (``Payment.checkout_ref`` equals the invoice's
+``provider_ref``). It grants only when it pays an open, unexpired invoice exactly;
+otherwise it is recorded with the reason and reported, never silently granted:
 
 | outcome | when |
 |---|---|
@@ -13,7 +15,7 @@ reported, never silently granted:
 | ``duplicate`` | its invoice was already paid |
 | ``late`` | its invoice had expired or was void, or the period it paid for is over |
 | ``short`` / ``over`` | less or more than the invoice asked |
-| ``unmatched`` | it names no invoice of ours |
+| ``unmatched`` | it names no invoice of ours, or one of another provider or checkout |
 | ``conflict`` | a checkout paid while the user already had a live subscription |
 
 Every payment that belongs to a user emits ``payment.received`` with its outcome; a grant
@@ -42,6 +44,19 @@ from runtime.wire import as_utc, iso
 REPEATED = "repeated"
 
 
+def _invoice_of(connection: Connection, payment: Payment) -> Invoice | None:
+    """The invoice ``payment`` pays, locked: the one it names, if that invoice went to the
+    same provider and was opened as the same checkout (a signed callback can still name an
+    invoice of another provider, or a session the service never issued)."""
+    if payment.invoice_id is None:
+        return None
+    invoice = invoices.get(connection, payment.invoice_id, lock=True)
+    if invoice is None or invoice.provider != payment.provider \
+            or invoice.provider_ref != payment.checkout_ref:
+        return None
+    return invoice
+
+
 def _judge(invoice: Invoice | None, payment: Payment, paid_at: datetime) -> str | None:
     """Why the payment cannot grant, or None when it pays its invoice exactly."""
     if invoice is None:
@@ -67,8 +82,7 @@ def settle(service: Service, connection: Connection, payment: Payment, *,
     """
     state = service.state(BILLING)
     now = state.clock.now()
-    invoice = invoices.get(connection, payment.invoice_id, lock=True) \
-        if payment.invoice_id is not None else None
+    invoice = _invoice_of(connection, payment)
     owner = invoice.user_id if invoice is not None else user_id
     outcome = _judge(invoice, payment, as_utc(payment.paid_at) if payment.paid_at else now)
     try:

@@ -80,9 +80,14 @@ class Subscription:
         return None
 
     def public(self, now: datetime) -> dict[str, Any]:
-        """The spec's Subscription resource, plus ``nextTier``, ``endsAt``, ``graceEndsAt``."""
+        """The spec's Subscription resource, plus ``nextTier``, ``endsAt``, ``graceEndsAt``.
+
+        ``renewsAt`` is the next renewal (active), the next retry (grace), and once canceled
+        the end of the period, when the tier goes (the spec keeps the tier "until
+        ``renewsAt``"; it equals ``endsAt`` then)."""
         tier = self.live_tier(now)
-        renews_at = {ACTIVE: self.renews_at, GRACE: self.due_at}.get(self.status)
+        renews_at = {ACTIVE: self.renews_at, GRACE: self.due_at, CANCELED: self.ends_at,
+                     ENDED: self.ends_at}.get(self.status)
         return {"subscriptionId": str(self.id), "tier": tier or "none",
                 "status": CANCELED if self.status == ENDED else self.status,
                 "renewsAt": _iso(renews_at), "provider": self.provider,

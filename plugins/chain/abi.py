@@ -8,8 +8,9 @@ overhead, which matters when the indexer decodes a range full of events. Amounts
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from eth_abi.abi import decode, encode
@@ -20,9 +21,12 @@ from eth_utils.abi import (
     event_signature_to_log_topic,
     function_signature_to_4byte_selector,
 )
-from eth_utils.address import to_checksum_address
+from eth_utils.address import is_address, to_checksum_address
 
 Abi = dict[str, Any]
+WORD = 32
+WordReader = Callable[[bytes], Any]
+WordWriter = Callable[[Any], bytes | None]
 
 
 class AbiDecodeError(ValueError):
@@ -39,10 +43,17 @@ class Function:
         self.selector = function_signature_to_4byte_selector(_canonical(abi))
         self._inputs = _types(abi["inputs"])
         self._outputs = _types(abi["outputs"])
+        writers = [word_writer(kind) for kind in self._inputs]
+        self._writers = None if None in writers else [
+            writer for writer in writers if writer is not None]
 
     def encode(self, *args: Any) -> bytes:
         """Return the call data: selector and arguments. Raises eth_abi's ``EncodingError``
         for arguments that do not fit the types."""
+        if self._writers is not None and len(args) == len(self._writers):
+            words = [write(arg) for write, arg in zip(self._writers, args, strict=True)]
+            if None not in words:
+                return self.selector + b"".join(word for word in words if word is not None)
         return self.selector + encode(self._inputs, args)
 
     def decode(self, data: bytes) -> tuple[Any, ...]:
@@ -61,6 +72,21 @@ class Event:
         self._indexed = [param for param in abi["inputs"] if param["indexed"]]
         self._plain = [param for param in abi["inputs"] if not param["indexed"]]
         self._plain_types = _types(self._plain)
+        # Built once: each indexed argument's reader (None: a dynamic type, kept as its
+        # hash), and the plain arguments' readers when every one is a 32-byte word; address
+        # readers checksum (the ABI's order is rebuilt only when indexed arguments do not
+        # come first).
+        self._topic_readers = [None if parse_type(kind).is_dynamic else
+                               _checksummed(word_reader(kind), kind)
+                               or _eth_abi_reader(kind, self.name)
+                               for kind in _types(self._indexed)]
+        plain = [_checksummed(word_reader(kind), kind) for kind in self._plain_types]
+        self._plain_readers = None if None in plain else [
+            reader for reader in plain if reader is not None]
+        self._names = [param["name"] for param in self._indexed + self._plain]
+        self._order = [param["name"] for param in abi["inputs"]]
+        self._addresses = [param["name"] for param in self._plain
+                           if param["type"] == "address"]
 
     def decode_args(self, topics: Sequence[bytes], data: bytes) -> dict[str, Any]:
         """Return the event's arguments by name, in the ABI's order; addresses checksummed.
@@ -73,15 +99,25 @@ class Event:
             # e.g. ERC-721's Transfer: same topic0 as ERC-20's, one more indexed argument.
             raise AbiDecodeError(f"{self.name} has {len(self._indexed)} indexed arguments, "
                                  f"the log {len(topics) - 1}")
-        values: dict[str, Any] = {}
-        for param, topic in zip(self._indexed, topics[1:], strict=True):
-            kind = collapse_if_tuple(param)
-            values[param["name"]] = (topic if parse_type(kind).is_dynamic
-                                     else _decode([kind], topic, self.name)[0])
-        plain = _decode(self._plain_types, data, self.name)
-        values.update(zip((param["name"] for param in self._plain), plain, strict=True))
-        return {param["name"]: _typed(param, values[param["name"]])
-                for param in self.abi["inputs"]}
+        values: list[Any] = []
+        for topic, read in zip(topics[1:], self._topic_readers, strict=True):
+            if read is None:
+                values.append(topic)
+            elif len(topic) != WORD:
+                raise AbiDecodeError(f"{self.name}: a topic of {len(topic)} bytes")
+            else:
+                values.append(read(topic))
+        if self._plain_readers is None:
+            values.extend(_decode(self._plain_types, data, self.name))
+        else:
+            values.extend(read_words(self._plain_readers, data, self.name))
+        args = dict(zip(self._names, values, strict=True))
+        if self._plain_readers is None:
+            for name in self._addresses:  # eth_abi's: checksummed, as ours
+                args[name] = checksum_address(args[name])
+        if self._names == self._order:
+            return args
+        return {name: args[name] for name in self._order}
 
 
 @dataclass(frozen=True)
@@ -189,8 +225,103 @@ def _types(params: Sequence[Abi]) -> list[str]:
     return [collapse_if_tuple(param) for param in params]
 
 
-def _typed(param: Abi, value: Any) -> Any:
-    return to_checksum_address(value) if param["type"] == "address" else value
+# Every 32-byte-word value (uints, bools, addresses, bytesN) is read by hand: eth_abi's
+# generic codec costs tens of microseconds a value, and the indexer and the on-chain reads
+# decode thousands of them (tests/plugins/chain/test_abi.py compares both).
+
+
+def word_reader(kind: str) -> WordReader | None:
+    """How to read one static ABI value of ``kind`` from its word, with eth_abi's checks, or
+    None for a kind that is not one word read here."""
+    if kind == "bool":
+        return _bool_word
+    if kind == "address":
+        return _address_word
+    if kind.startswith("uint") and kind[4:].isdigit():
+        bits = int(kind[4:])
+        return lambda word: _uint_word(word, bits)
+    if kind.startswith("bytes") and kind[5:].isdigit():
+        size = int(kind[5:])
+        return lambda word: _bytes_word(word, size)
+    return None
+
+
+def word_writer(kind: str) -> WordWriter | None:
+    """How to write one static ABI value of ``kind`` as its word (None from the writer for
+    a value it does not take plainly, which eth_abi then encodes or refuses), or None for a
+    kind that is not one word written here."""
+    if kind == "bool":
+        return lambda value: (b"\x00" * 31 + bytes([value])) if type(value) is bool else None
+    if kind == "address":
+        return lambda value: address_word(value) if isinstance(value, str) else None
+    if kind.startswith("uint") and kind[4:].isdigit():
+        bits = int(kind[4:])
+        return lambda value: (value.to_bytes(WORD, "big")
+                              if type(value) is int and 0 <= value < 1 << bits else None)
+    return None
+
+
+@lru_cache(maxsize=65_536)
+def address_word(address: str) -> bytes | None:
+    """``address`` as an ABI word, or None when it is not an address eth_abi takes (a
+    mixed-case one must be a valid checksum)."""
+    if not is_address(address) or len(address) != 42:
+        return None
+    return b"\x00" * 12 + bytes.fromhex(address[2:])
+
+
+def read_words(readers: Sequence[WordReader], data: bytes, what: str) -> tuple[Any, ...]:
+    """The values of an answer made only of words (``word_reader``'s), one per reader.
+
+    :raises AbiDecodeError: ``data`` is shorter than the words or a word is out of range.
+    """
+    if len(data) < WORD * len(readers):
+        raise AbiDecodeError(f"{what}: {len(data)} bytes, expected {WORD * len(readers)}")
+    return tuple(read(data[WORD * at:WORD * (at + 1)]) for at, read in enumerate(readers))
+
+
+@lru_cache(maxsize=65_536)
+def checksum_address(address: str) -> str:
+    """EIP-55 checksummed ``address`` (a keccak each: the same few addresses recur in every
+    log and answer, so they are kept)."""
+    return to_checksum_address(address)
+
+
+def _uint_word(word: bytes, bits: int) -> int:
+    value = int.from_bytes(word, "big")
+    if value >> bits:
+        raise AbiDecodeError(f"uint{bits} out of range: {value}")
+    return value
+
+
+def _bool_word(word: bytes) -> bool:
+    value = int.from_bytes(word, "big")
+    if value > 1:
+        raise AbiDecodeError(f"a bool must be 0 or 1, got {value}")
+    return value == 1
+
+
+def _address_word(word: bytes) -> str:
+    if any(word[:12]):
+        raise AbiDecodeError("an address word with non-zero padding")
+    return "0x" + word[12:].hex()
+
+
+def _bytes_word(word: bytes, size: int) -> bytes:
+    if any(word[size:]):
+        raise AbiDecodeError(f"a bytes{size} word with non-zero padding")
+    return word[:size]
+
+
+def _checksummed(reader: WordReader | None, kind: str) -> WordReader | None:
+    """``reader``, checksumming what it reads when ``kind`` is an address."""
+    if reader is None or kind != "address":
+        return reader
+    return lambda word: checksum_address(reader(word))
+
+
+def _eth_abi_reader(kind: str, what: str) -> WordReader:
+    return lambda word: _decode([kind], word, what)[0]
 
 
 def _decode(types: Sequence[str], data: bytes, what: str) -> tuple[Any, ...]:

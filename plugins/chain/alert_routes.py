@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
 from quart import Blueprint, Response, request
 from quart_schema import document_request, document_response
 
@@ -14,12 +13,13 @@ from plugins.chain.alerts import WEI_PER_MICRO, get_threshold, set_threshold
 from runtime.context import require_user
 from runtime.errors import InvalidRequest
 from runtime.http import current_service, json_response
+from runtime.inputs import Body
 from runtime.wire import format_flow, parse_flow
 
 blueprint = Blueprint("chain_alerts", __name__)
 
 
-class ThresholdBody(BaseModel):
+class ThresholdBody(Body):
     """A FLOW amount as a decimal string (at most 6 decimals), or null to clear the alert."""
 
     threshold: str | None

@@ -8,14 +8,13 @@ and ``DecodedEvent.interface`` tells them apart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from plugins.chain.abi import AbiDecodeError, Event, Interface, hex_bytes
+from plugins.chain.abi import AbiDecodeError, Event, Interface, checksum_address, hex_bytes
 
 FLOW_PROTOCOL = Interface.of(
     "FlowProtocol",
@@ -152,14 +151,8 @@ def decode_log(raw_log: Mapping[str, Any]) -> DecodedEvent:
         (no block), or fields that are not what JSON-RPC sends.
     """
     try:
-        topics = [hex_bytes(topic) for topic in raw_log["topics"]]
-        event = _EVENTS.get(topics[0]) if topics else None
-        if event is None:
-            raise AbiDecodeError(f"not an indexed event: {raw_log['topics'][:1]}")
-        return DecodedEvent(
-            interface=event.interface, name=event.name,
-            args=event.decode_args(topics, hex_bytes(raw_log["data"])),
-            address=to_checksum_address(raw_log["address"]),
+        return decode_fields(
+            raw_log["address"], raw_log["topics"], raw_log["data"],
             block_number=_number(raw_log["blockNumber"]),
             block_hash=_hash(raw_log["blockHash"]),
             transaction_hash=_hash(raw_log["transactionHash"]),
@@ -167,6 +160,29 @@ def decode_log(raw_log: Mapping[str, Any]) -> DecodedEvent:
     except AbiDecodeError:
         raise
     except (KeyError, TypeError, ValueError) as error:  # a field missing, or not an address
+        raise AbiDecodeError(f"not a JSON-RPC log: {error!r}") from None
+
+
+def decode_fields(address: str, topics: Sequence[str], data: str, *, block_number: int,
+                  block_hash: str, transaction_hash: str, log_index: int) -> DecodedEvent:
+    """Decode a log already taken apart (hashes lowercase 0x hex, as ``decode_log`` makes
+    them; the indexer's ``RawLog``).
+
+    :raises AbiDecodeError: as ``decode_log``.
+    """
+    try:
+        words = [hex_bytes(topic) for topic in topics]
+        event = _EVENTS.get(words[0]) if words else None
+        if event is None:
+            raise AbiDecodeError(f"not an indexed event: {list(topics[:1])}")
+        return DecodedEvent(
+            interface=event.interface, name=event.name,
+            args=event.decode_args(words, hex_bytes(data)), address=checksum_address(address),
+            block_number=block_number, block_hash=block_hash,
+            transaction_hash=transaction_hash, log_index=log_index)
+    except AbiDecodeError:
+        raise
+    except (TypeError, ValueError) as error:  # not an address
         raise AbiDecodeError(f"not a JSON-RPC log: {error!r}") from None
 
 

@@ -24,6 +24,7 @@ from plugins.chain.health import CooldownPolicy, EndpointHealth
 from plugins.chain.rpc_errors import (
     ChainIdMismatch,
     LogRangeTooLarge,
+    MethodUnsupported,
     RpcDeterministicError,
     RpcError,
     RpcTransientError,
@@ -34,6 +35,8 @@ from plugins.chain.rpc_metrics import RpcObserver
 T = TypeVar("T")
 
 log = logging.getLogger("flowsvc.chain.rpc")
+# HTTP statuses of a URL refusing a method (forbidden on this plan, not allowed at all).
+_REFUSED = frozenset({403, 405})
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ class RpcEndpoint:
     async def call(self, method: str, params: Sequence[Any], *, deadline: float) -> Any:
         """Send one request and return its result.
 
-        :raises RpcDeterministicError: the request itself is wrong (revert, unknown method...).
+        :raises MethodUnsupported: this URL does not serve ``method`` (now or lately).
+        :raises RpcDeterministicError: the request itself is wrong (revert, bad params...).
         :raises LogRangeTooLarge: an ``eth_getLogs`` range the provider refuses.
         :raises RpcTransientError: this URL failed; it is now cooling down.
         """
@@ -85,6 +89,8 @@ class RpcEndpoint:
         ``calls`` (answers are matched by id; nodes may reorder them).
 
         :raises RpcTransientError: this URL failed, or any item failed transiently.
+        :raises MethodUnsupported: the URL does not serve batches or one of the methods (the
+            pool sends the whole batch to another URL).
         :raises RpcDeterministicError: the node refused the batch as a whole.
         """
         ids = [next(self._ids) for _ in calls]
@@ -93,7 +99,7 @@ class RpcEndpoint:
         async def exchange() -> list[BatchAnswer]:
             payload = [_request(request_id, method, params)
                        for request_id, (method, params) in zip(ids, calls, strict=True)]
-            body = await self._post(payload, deadline)
+            body = await self._post(payload, deadline, "batch")
             if isinstance(body, dict):
                 raise self._classified("batch", body.get("error"))
             if not isinstance(body, list):
@@ -103,7 +109,7 @@ class RpcEndpoint:
                 raise _bad_response("a batch answer lacks some of the request ids")
             return [self._item(by_id[request_id], methods[request_id]) for request_id in ids]
 
-        return await self._observed("batch", exchange)
+        return await self._observed("batch", exchange, ("batch", *methods.values()))
 
     async def head(self, *, min_final: int | None, deadline: float) -> int:
         """Return the latest block number. A head below ``min_final`` (a block the caller
@@ -144,16 +150,25 @@ class RpcEndpoint:
         request_id = next(self._ids)
 
         async def exchange() -> T:
-            body = await self._post(_request(request_id, method, params), deadline)
+            body = await self._post(_request(request_id, method, params), deadline, method)
             return checked(self._single(body, request_id, method))
 
-        return await self._observed(method, exchange)
+        return await self._observed(method, exchange, (method,))
 
-    async def _observed(self, method: str, exchange: Callable[[], Awaitable[T]]) -> T:
-        """Run one HTTP exchange, then record its outcome in the health and the observer."""
+    async def _observed(self, method: str, exchange: Callable[[], Awaitable[T]],
+                        needs: Sequence[str]) -> T:
+        """Run one HTTP exchange, then record its outcome in the health and the observer.
+
+        :param needs: the methods the exchange uses: one this URL does not serve raises
+            ``MethodUnsupported`` without a request.
+        """
         started = trio.current_time()
+        self._refuse_unsupported(needs, started)
         try:
             result = await exchange()
+        except MethodUnsupported as error:
+            self._mark_unsupported(error, started)
+            raise
         except RpcTransientError as error:
             now = trio.current_time()
             cooldown = self.health.failed(now, self._cooldown, self._rng, error.retry_after)
@@ -167,15 +182,38 @@ class RpcEndpoint:
         self._settle(method, started, "ok")
         return result
 
+    def _refuse_unsupported(self, needs: Sequence[str], now: float) -> None:
+        for method in self.health.expired_unsupported(now):
+            log.info("RPC URL %s is asked for %s again", self.label, method)
+            self._observer.unsupported(self.label, method, False)
+        for method in needs:
+            if not self.health.supports(method, now):
+                raise MethodUnsupported(f"{method}: not served by {self.label}", method=method)
+
+    def _mark_unsupported(self, error: MethodUnsupported, started: float) -> None:
+        """The URL answered properly that it does not serve a method: that is a missing
+        capability of this URL, not a failure of it (no cooldown), logged once per mark."""
+        now = trio.current_time()
+        self.health.succeeded(now - started)
+        self._observer.observe(self.label, error.method, "unsupported", now - started)
+        if self.health.mark_unsupported(error.method, now, self._cooldown):
+            log.warning("RPC URL %s does not serve %s (%s): the other URLs are asked for it "
+                        "for %g s", self.label, error.method, error,
+                        self._cooldown.unsupported_seconds)
+            self._observer.unsupported(self.label, error.method, True)
+
     def _settle(self, method: str, started: float, outcome: str) -> None:
         seconds = trio.current_time() - started
         self.health.succeeded(seconds)
         self._observer.observe(self.label, method, outcome, seconds)
 
-    async def _post(self, payload: Any, deadline: float) -> Any:
-        """POST ``payload``; return the parsed JSON body of a usable answer.
+    async def _post(self, payload: Any, deadline: float, method: str) -> Any:
+        """POST ``payload`` (``method``, or ``batch``); return the parsed JSON body of a usable
+        answer.
 
         :raises RpcTransientError: timeout, transport error, 429, 5xx or a body not JSON.
+        :raises MethodUnsupported: HTTP 403 or 405 without a JSON-RPC error: the URL refuses
+            ``method``.
         """
         with trio.move_on_at(deadline):
             request = self._client.build_request("POST", self.url, json=payload)
@@ -187,7 +225,7 @@ class RpcEndpoint:
                 text = str(error).replace(self.url, self.label)
                 raise RpcTransientError(f"{type(error).__name__}: {text}",
                                         outcome="transport") from None
-            return _body(response)
+            return _body(response, method)
         raise RpcTransientError("no answer before the deadline", outcome="timeout")
 
     def _single(self, body: Any, request_id: int, method: str) -> Any:
@@ -205,8 +243,8 @@ class RpcEndpoint:
                 raise _bad_response("a batch item has neither result nor error")
             return BatchAnswer(result=item["result"])
         error = self._classified(method, item["error"])
-        if isinstance(error, RpcTransientError):
-            raise error
+        if isinstance(error, (RpcTransientError, MethodUnsupported)):
+            raise error  # the whole batch goes to another URL
         return BatchAnswer(error=error)
 
     def _classified(self, method: str, error: object) -> RpcError:
@@ -246,7 +284,7 @@ def _request(request_id: int, method: str, params: Sequence[Any]) -> dict[str, A
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": list(params)}
 
 
-def _body(response: httpx.Response) -> Any:
+def _body(response: httpx.Response, method: str) -> Any:
     status = response.status_code
     if status == 429:
         raise RpcTransientError("HTTP 429", outcome="rate_limited",
@@ -256,10 +294,15 @@ def _body(response: httpx.Response) -> Any:
     try:
         body = response.json()
     except ValueError:
+        if status in _REFUSED:
+            raise MethodUnsupported(f"{method}: HTTP {status}", method=method,
+                                    code=status) from None
         raise RpcTransientError(f"HTTP {status} with a body that is not JSON",
                                 outcome="bad_response") from None
     # A 4xx carrying a JSON-RPC error is classified by that error; any other is this URL's.
     if not 200 <= status < 300 and not (isinstance(body, dict) and body.get("error")):
+        if status in _REFUSED:
+            raise MethodUnsupported(f"{method}: HTTP {status}", method=method, code=status)
         raise RpcTransientError(f"HTTP {status}", outcome="http_error")
     return body
 

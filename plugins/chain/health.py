@@ -1,4 +1,5 @@
-"""The health of one RPC URL: success rate, latency, consecutive failures and cooldown.
+"""The health of one RPC URL: success rate, latency, consecutive failures, cooldown, and the
+methods it does not serve.
 
 Pure bookkeeping: every method takes ``now`` (Trio's clock in the pool), so tests drive it
 without sleeping. The floats here are seconds and rates, never amounts.
@@ -7,7 +8,7 @@ without sleeping. The floats here are seconds and rates, never amounts.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Weight of the newest sample in the moving averages: about the last ten requests count.
 _ALPHA = 0.1
@@ -23,11 +24,14 @@ class CooldownPolicy:
     :param cap: the longest backoff cooldown, in seconds.
     :param retry_after_cap: the longest ``Retry-After`` honoured, in seconds (a server asking
         for a day must not remove a URL for a day).
+    :param unsupported_seconds: how long a method the URL said it does not serve is sent to
+        the other URLs before this one is asked again (a plan may change, rarely).
     """
 
     base: float = 0.5
     cap: float = 30.0
     retry_after_cap: float = 300.0
+    unsupported_seconds: float = 3600.0
 
     def backoff(self, failures: int, rng: random.Random) -> float:
         """Return the cooldown after ``failures`` consecutive failures (at least 1): capped
@@ -47,6 +51,8 @@ class EndpointHealth:
     cooling_until: float = float("-inf")
     requests: int = 0
     failures: int = 0
+    # Method -> until when this URL is not asked for it (it answered that it does not serve it).
+    unsupported: dict[str, float] = field(default_factory=dict)
 
     def available(self, now: float) -> bool:
         """Whether the URL may be used at ``now`` (its cooldown, if any, is over)."""
@@ -79,3 +85,22 @@ class EndpointHealth:
                     else policy.backoff(self.consecutive_failures, rng))
         self.cooling_until = max(self.cooling_until, now + cooldown)
         return cooldown
+
+    def supports(self, method: str, now: float) -> bool:
+        """Whether ``method`` may be sent to the URL at ``now`` (not marked unsupported, or
+        the mark expired)."""
+        return self.unsupported.get(method, float("-inf")) <= now
+
+    def mark_unsupported(self, method: str, now: float, policy: CooldownPolicy) -> bool:
+        """Record that the URL does not serve ``method``: not asked for it for the policy's
+        ``unsupported_seconds``. Returns whether this is news (it was not marked before)."""
+        news = self.supports(method, now)
+        self.unsupported[method] = now + policy.unsupported_seconds
+        return news
+
+    def expired_unsupported(self, now: float) -> list[str]:
+        """Forget the marks that ran out at ``now``; returns their methods."""
+        expired = [method for method, until in self.unsupported.items() if until <= now]
+        for method in expired:
+            del self.unsupported[method]
+        return expired

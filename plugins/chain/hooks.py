@@ -20,7 +20,7 @@ from runtime.plugin_kit import standard_hooks
 if TYPE_CHECKING:
     from quart import Blueprint
 
-    from runtime.actors import ActorSpec
+    from runtime.actors import ActorSpec, PartSpec
     from runtime.contracts import Provision
     from runtime.events import EventType
     from runtime.hooktypes import ReadinessCheck
@@ -40,12 +40,17 @@ def flowsvc_provides(service: Service) -> list[Provision[Any]]:
 
 
 @hookimpl
-def flowsvc_actors(service: Service) -> list[ActorSpec]:
+def flowsvc_actors(service: Service) -> list[ActorSpec | PartSpec]:
+    """The pools' actor, then each chain's indexer in a part of its own (``chain.<name>``):
+    a chain that keeps failing (say no RPC URL serves ``eth_getLogs``) is taken down and
+    retried later on its own, while the other chains and every route go on."""
     from plugins.chain.indexer.actor import indexer_actor
     from plugins.chain.state import CHAIN, rpc_actor
+    from runtime.actors import PartSpec
 
     return [rpc_actor(service),
-            *(indexer_actor(service, chain) for chain in service.state(CHAIN).chains.values())]
+            *(PartSpec(f"chain.{chain.name}", (indexer_actor(service, chain),))
+              for chain in service.state(CHAIN).chains.values())]
 
 
 @hookimpl

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_request
 
@@ -16,14 +16,14 @@ from runtime.context import caller_first, require_internal
 from runtime.contracts.tokens import TokenTemplate
 from runtime.errors import NotFound
 from runtime.http import current_service, json_response
+from runtime.inputs import Body
 
 blueprint = Blueprint("chain", __name__)
 
 
-class TokenBody(BaseModel):
+class TokenBody(Body):
     """``PUT /internal/tokens/<slug>``: the token's owner, template, chain and instance."""
 
-    model_config = ConfigDict(extra="forbid")
     ownerAddress: str = Field(pattern=ADDRESS_PATTERN)
     template: TokenTemplate
     chainId: int = Field(ge=1)

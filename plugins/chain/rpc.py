@@ -1,8 +1,9 @@
 """The RPC pool of one chain: its URLs used in order of health, failing over on transient
 errors, each request under a deadline (an absolute time on Trio's clock, as in
 ``trio.move_on_at``) of which one URL gets at most ``attempt_timeout``, so a stalled URL leaves
-time for the next. See ``endpoint`` for one URL's requests and ``rpc_errors`` for what is
-retried.
+time for the next. A URL that does not serve a method is skipped for that method; when no URL
+serves it the chain cannot work (``MethodUnsupported``). See ``endpoint`` for one URL's requests
+and ``rpc_errors`` for what is retried.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from plugins.chain.endpoint import BatchAnswer, RpcEndpoint
 from plugins.chain.health import CooldownPolicy
 from plugins.chain.rpc_errors import (
     ChainIdMismatch,
+    MethodUnsupported,
     RpcError,
     RpcTransientError,
     RpcUnavailable,
@@ -67,6 +69,7 @@ class RpcPool:
     async def call(self, method: str, params: Sequence[Any], *, deadline: float) -> Any:
         """Return the result of ``method``, failing over between URLs until ``deadline``.
 
+        :raises MethodUnsupported: no URL of the chain serves ``method``.
         :raises RpcDeterministicError: the request is wrong (never retried).
         :raises LogRangeTooLarge: the URL refuses this ``eth_getLogs`` range.
         :raises RpcUnavailable: no URL answered in time, or every one is cooling down.
@@ -122,8 +125,10 @@ class RpcPool:
     async def run(self, attempt: Attempt[T], *, deadline: float) -> T:
         """Run ``attempt(endpoint, attempt_deadline)`` on the available URLs, best first, each
         at most once, until one returns; what the attempt raises other than
-        ``RpcTransientError`` propagates at once. The building block of every pool request.
+        ``RpcTransientError`` or ``MethodUnsupported`` propagates at once. The building block
+        of every pool request.
 
+        :raises MethodUnsupported: a method the attempt needs is served by no URL of the pool.
         :raises RpcUnavailable: every URL is cooling down (at once), or each one tried failed
             transiently, or ``deadline`` passed.
         """
@@ -134,6 +139,7 @@ class RpcPool:
             raise RpcUnavailable(f"chain {self.chain}: every RPC URL is cooling down",
                                  retry_after=self._next_available(now))
         failures: list[str] = []
+        unsupported: set[str] = set()
         for endpoint in ready:
             now = trio.current_time()
             if now >= deadline:
@@ -148,6 +154,14 @@ class RpcPool:
                 return await attempt(endpoint, until)
             except (RpcTransientError, ChainIdMismatch) as error:
                 failures.append(f"{endpoint.label}: {error}")
+            except MethodUnsupported as error:
+                failures.append(f"{endpoint.label}: {error}")
+                unsupported.add(error.method)
+        now = trio.current_time()
+        for method in sorted(unsupported):
+            if not any(endpoint.health.supports(method, now) for endpoint in self.endpoints):
+                raise MethodUnsupported(f"chain {self.chain}: no RPC URL serves {method} "
+                                        f"({'; '.join(failures)})", method=method)
         raise RpcUnavailable(f"chain {self.chain}: no RPC URL answered ({'; '.join(failures)})",
                              retry_after=self._next_available(trio.current_time()))
 

@@ -1,10 +1,12 @@
 """The errors of talking JSON-RPC to a chain, how an answer is classified, and URL redaction.
 
-Classification decides what the pool does: a deterministic error (a revert, an unknown method,
-bad parameters) would fail the same way on every node, so it is raised at once and the node
-stays healthy; a transient one (timeout, 429, 5xx, a node-side fault) cools the URL down and the
-request moves to the next URL; an ``eth_getLogs`` range error is neither: the node is healthy,
-the caller must ask for a smaller range (see ``logrange``).
+Classification decides what the pool does: a deterministic error (a revert, bad parameters)
+would fail the same way on every node, so it is raised at once and the node stays healthy; a
+method the URL does not serve (``MethodUnsupported``: many free tiers refuse ``eth_getLogs``)
+is that URL's missing capability, so the method goes to the other URLs; a transient one
+(timeout, 429, 5xx, a node-side fault) cools the URL down and the request moves to the next URL;
+an ``eth_getLogs`` range error is neither: the node is healthy, the caller must ask for a
+smaller range (see ``logrange``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,16 @@ from plugins.chain.rangehints import RangeHint, parse_range_hint
 from runtime.errors import Unavailable
 
 # JSON-RPC and EIP-1474 codes that mean "this request is wrong", whichever node answers it.
-_DETERMINISTIC_CODES = frozenset({3, -32601, -32602})
-_DETERMINISTIC_TEXT = ("invalid argument", "invalid params", "method not found",
-                       "does not exist/is not available")
+_DETERMINISTIC_CODES = frozenset({3, -32602})
+_DETERMINISTIC_TEXT = ("invalid argument", "invalid params")
+# -32601 is "method not found"; other codes (-32600, -32000...) say the same in words: geth's
+# "the method eth_x does not exist/is not available", "method not supported/allowed/enabled".
+_UNSUPPORTED_CODE = -32601
+_UNSUPPORTED_TEXT = re.compile(
+    r"\bmethod\b.*\b(not (found|supported|available|allowed|enabled|whitelisted)"
+    r"|does not exist|unsupported|disabled)|\bunsupported method")
+# What a URL refusing batches says of them ("batch requests are not supported").
+_BATCH_REFUSED_TEXT = re.compile(r"\bnot (supported|allowed|enabled)\b|unsupported|disabled")
 _RATE_LIMIT_TEXT = ("rate limit", "too many requests", "limit exceeded", "exceeded the quota")
 _RATE_LIMIT_CODES = frozenset({429, -32005})
 # A path segment this long made of key-like characters is treated as an API key (Alchemy,
@@ -43,6 +52,23 @@ class RpcDeterministicError(RpcError):
         super().__init__(message)
         self.code = code
         self.data = data
+
+
+class MethodUnsupported(RpcDeterministicError):
+    """A URL does not serve ``method`` (JSON-RPC -32601, a message saying the method does not
+    exist / is not available / is not supported, or HTTP 403 or 405). The URL's own answer
+    (from ``RpcEndpoint``) marks the method unsupported on that URL for a long time and the
+    pool asks the other URLs; the pool raises it when no URL of the chain serves the method,
+    which is the failure of that chain (its supervisor takes it down and retries it later),
+    never of the process.
+
+    :param method: the method not served.
+    """
+
+    def __init__(self, message: str, *, method: str, code: int = _UNSUPPORTED_CODE,
+                 data: Any = None) -> None:
+        super().__init__(message, code=code, data=data)
+        self.method = method
 
 
 class ExecutionReverted(RpcDeterministicError):
@@ -126,6 +152,9 @@ def classify_error(method: str, error: object) -> RpcError:
             return LogRangeTooLarge(text, hint=hint)
     if code == 3 or "revert" in lowered:
         return ExecutionReverted(text, code=code, data=data)
+    if code == _UNSUPPORTED_CODE or _UNSUPPORTED_TEXT.search(lowered) or (
+            method == "batch" and _BATCH_REFUSED_TEXT.search(lowered)):
+        return MethodUnsupported(text, method=method, code=code, data=data)
     if code in _DETERMINISTIC_CODES or any(words in lowered for words in _DETERMINISTIC_TEXT):
         return RpcDeterministicError(text, code=code, data=data)
     if code in _RATE_LIMIT_CODES or any(words in lowered for words in _RATE_LIMIT_TEXT):

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class RpcObserver(Protocol):
-    """Receives one call per HTTP request a pool makes (a batch is one request)."""
+    """Receives one call per HTTP request a pool makes (a batch is one request), and each
+    change of what a URL serves."""
 
     def observe(self, url: str, method: str, outcome: str, seconds: float) -> None:
         """Record a request to the redacted ``url`` for ``method`` (``batch`` for a batch) that
         ended with ``outcome`` (``ok`` or an error label) after ``seconds``."""
+
+    def unsupported(self, url: str, method: str, marked: bool) -> None:
+        """Record that the redacted ``url`` is now ``marked`` as not serving ``method`` (or
+        that the mark expired)."""
 
 
 class NullObserver:
@@ -26,6 +31,9 @@ class NullObserver:
 
     def observe(self, url: str, method: str, outcome: str, seconds: float) -> None:
         """Ignore the request."""
+
+    def unsupported(self, url: str, method: str, marked: bool) -> None:
+        """Ignore the mark."""
 
 
 class RpcMetrics:
@@ -44,6 +52,10 @@ class RpcMetrics:
             "flowsvc_chain_rpc_seconds", "Chain JSON-RPC request latency by chain, URL and method",
             ["chain", "url", "method"], registry=registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.unsupported = Gauge(
+            "flowsvc_chain_rpc_unsupported", "1 while a chain's RPC URL (redacted) is not asked "
+            "for a method it answered it does not serve (the other URLs serve it)",
+            ["chain", "url", "method"], registry=registry)
 
     def for_chain(self, chain: str) -> RpcObserver:
         """Return the observer a pool of ``chain`` reports to."""
@@ -58,3 +70,6 @@ class _ChainObserver:
     def observe(self, url: str, method: str, outcome: str, seconds: float) -> None:
         self.metrics.requests.labels(self.chain, url, method, outcome).inc()
         self.metrics.seconds.labels(self.chain, url, method).observe(seconds)
+
+    def unsupported(self, url: str, method: str, marked: bool) -> None:
+        self.metrics.unsupported.labels(self.chain, url, method).set(1 if marked else 0)

@@ -19,7 +19,7 @@ _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
 
 
 def _address(value: str) -> str:
-    if not _ADDRESS.match(value):
+    if not _ADDRESS.fullmatch(value):
         raise ValueError("must be a 0x-prefixed EVM address (40 hex digits)")
     return value.lower()
 

@@ -39,7 +39,7 @@ class ChainState:
     settings: ChainSettings
     chains: dict[int, ChainConfig]
     pools: dict[int, RpcPool]
-    client: httpx.AsyncClient
+    clients: list[httpx.AsyncClient]
     rpc_metrics: RpcMetrics
     indexer_metrics: IndexerMetrics
     indexers: dict[int, IndexerStatus]
@@ -49,20 +49,24 @@ class ChainState:
     @classmethod
     def create(cls, service: Service) -> ChainState:
         settings = service.plugin_settings("chain", ChainSettings)
-        # As many idle connections as may be open: a closed one costs the next request a
-        # new TCP connection (several requests at once on each chain's URLs are usual).
-        client = httpx.AsyncClient(limits=httpx.Limits(max_connections=64,
-                                                       max_keepalive_connections=64))
         rpc_metrics = RpcMetrics(service.metrics.registry)
         chains = {chain.id: chain for chain in settings.chains}
         pools = {}
+        clients = []
         for chain in settings.chains:
+            # One client (connection pool) per chain: httpx checks every pooled connection
+            # on each request, so a shared pool made each chain's requests cost more the more
+            # chains there were. As many idle connections as may be open: a closed one costs
+            # the next request a new TCP connection (several requests at once are usual).
+            client = httpx.AsyncClient(limits=httpx.Limits(max_connections=64,
+                                                           max_keepalive_connections=64))
+            clients.append(client)
             pool = RpcPool(chain.rpc_urls, client, chain=chain.name,
                            attempt_timeout=chain.rpc_timeout_seconds,
                            observer=rpc_metrics.for_chain(chain.name))
             pool.expected_chain_id = chain.id  # each URL checks its id before its first use
             pools[chain.id] = pool
-        return cls(settings, chains, pools, client, rpc_metrics,
+        return cls(settings, chains, pools, clients, rpc_metrics,
                    IndexerMetrics(service.metrics.registry),
                    {chain.id: IndexerStatus() for chain in settings.chains},
                    secrets.token_hex(8))
@@ -110,6 +114,7 @@ def rpc_actor(service: Service) -> ActorSpec:
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
-                await state.client.aclose()
+                for client in state.clients:
+                    await client.aclose()
 
     return ActorSpec(RPC_ACTOR, run, restart="transient")

@@ -75,11 +75,11 @@ def upsert_token(connection: Connection, *, slug: str, owner_address: str,
     :raises InvalidRequest: the slug or an address is malformed.
     :raises Conflict: another slug already names this chain id and instance address.
     """
-    if not re.match(SLUG_PATTERN, slug):
+    if not re.fullmatch(SLUG_PATTERN, slug):  # whole: "$" also matches before a final "\n"
         raise InvalidRequest(f"token slug {slug!r} must be lowercase letters, digits and "
                              "dashes", details=[{"field": "slug", "message": "malformed"}])
     for field, value in (("ownerAddress", owner_address), ("instance", instance_address)):
-        if not re.match(ADDRESS_PATTERN, value):
+        if not re.fullmatch(ADDRESS_PATTERN, value):
             raise InvalidRequest(f"{field} must be a 0x-prefixed EVM address",
                                  details=[{"field": field, "message": "malformed"}])
     values = {"owner_address": owner_address.lower(), "template": template,

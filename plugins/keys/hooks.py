@@ -39,6 +39,7 @@ def flowsvc_blueprints(service: Service) -> list[Blueprint]:
 
 @hookimpl
 def flowsvc_actors(service: Service) -> list[ActorSpec]:
+    from plugins.keys.charging import charges_actor
     from plugins.keys.directory import directory_actor
     from plugins.keys.meter import meter_actor
     from plugins.keys.state import KEYS
@@ -50,6 +51,8 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
         directory_actor(state.directory, service.db, service.shared,
                         settings.invalidation_poll_seconds),
         meter_actor(state),
+        charges_actor(state, embedded=service.shared.redis is None,
+                      shared_lock=service.shared.lock),
         usage_actor(service.db, state.usage, batch=settings.usage_batch,
                     flush_seconds=settings.usage_flush_seconds,
                     retention_days=settings.usage_retention_days),

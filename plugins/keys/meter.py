@@ -17,8 +17,9 @@ written to the database at least every ``spend_flush_seconds`` and when the serv
 stops, so it survives restarts; a crash loses at most that interval of spend.
 
 **Charging from other plugins.** The ``keys.meter`` actor answers the ``Charge`` message of
-the contract ``runtime.contracts.meter`` (what it answers and raises is documented there).
-Every charge is written to the key's usage log with its ``model``.
+the contract ``runtime.contracts.meter`` (what it answers and raises is documented there)
+through the charge ledger (``plugins.keys.charging``): once per token, its usage row, the
+stored spend and the caller's record in one transaction.
 """
 
 from __future__ import annotations
@@ -31,28 +32,19 @@ from typing import Any
 
 import trio
 
-from plugins.keys.errors import ApiKeyInvalid, ApiKeyRevoked
-from plugins.keys.metering import ADMIT, CHARGE, MeterItem, MeterResult, Status
+from plugins.keys import charging
+from plugins.keys.metering import MeterResult, Status
 from plugins.keys.periods import reset_text_at
 from plugins.keys.records import KeyRecord, add_spend
 from plugins.keys.state import KeysState
 from runtime.actors import ActorSpec, Envelope, Mailbox
 from runtime.backoff import outage_cause
-from runtime.contracts.meter import METER_ACTOR, Charge, Charged
+from runtime.contracts.meter import METER_ACTOR, Charge
 from runtime.errors import RateLimited, SpendCapReached, is_outage
 from runtime.limits import WINDOW_SECONDS
-from runtime.wire import format_flow, utcnow
+from runtime.wire import format_flow
 
 log = logging.getLogger("flowsvc.keys")
-def item_for(record: KeyRecord, mode: int, cost: int, user_rpm: int, unix: float) -> MeterItem:
-    """The meter question for ``record`` at ``unix`` (seconds)."""
-    current = record.current_period_key(unix)
-    return MeterItem(mode=mode, key_id=record.id, user_id=record.user_id,
-                     key_rpm=record.rate_limit_rpm if mode == ADMIT else 0,
-                     user_rpm=user_rpm if mode == ADMIT else 0, limit=record.spend_limit,
-                     cost=cost, period_key=current, seed=record.stored_spend(current))
-
-
 @dataclass(frozen=True)
 class Admission:
     """The meter's decision on one key request, and what its headers say."""
@@ -116,28 +108,6 @@ def admission_of(record: KeyRecord, result: MeterResult, unix: float) -> Admissi
                      window_reset=window_reset, retry_after=retry_after, unix=unix)
 
 
-async def charge(state: KeysState, message: Charge) -> Charged:
-    """Handle ``Charge`` (``runtime.contracts.meter`` says what it raises)."""
-    if message.micro_flow < 0:
-        raise ValueError("Charge.micro_flow must be >= 0")
-    record = await state.directory.by_id(message.key_id)
-    if record is None:
-        raise ApiKeyInvalid(f"API key {message.key_id} does not exist")
-    now = utcnow()
-    if record.revoked_at is not None and record.revoked_at <= now:  # future: rotating
-        raise ApiKeyRevoked(f"API key {message.key_id} was revoked")
-    unix = now.timestamp()
-    result = await state.meter.meter(item_for(record, CHARGE, message.micro_flow, 0, unix), unix)
-    if result.status == "spend":
-        raise SpendCapReached(f"API key {record.prefix} has reached its spend cap of "
-                              f"{format_flow(record.spend_limit or 0)} FLOW for this "
-                              f"{record.spend_period} period")
-    state.usage.log_charge(record.id, now, result.applied, message.model[:64])
-    return Charged(key_id=record.id, micro_flow=result.applied, period_used=result.used,
-                   period_limit=record.spend_limit,
-                   period_reset=reset_text_at(record.spend_period, unix))
-
-
 async def flush_spend(state: KeysState) -> None:
     """Write the spend applied by this process to the database (kept on failure)."""
     deltas = state.meter.spend.take()
@@ -170,7 +140,7 @@ def meter_actor(state: KeysState) -> ActorSpec:
         try:
             if not isinstance(envelope.message, Charge):
                 raise TypeError(f"{METER_ACTOR} does not understand {envelope.message!r}")
-            envelope.reply(await charge(state, envelope.message))
+            envelope.reply(await charging.charge(state, envelope.message))
         except Exception as exc:  # the caller owns the failure, not the actor
             envelope.fail(exc)
 

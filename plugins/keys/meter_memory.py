@@ -5,7 +5,8 @@ requests themselves: every step of ``meter`` before the owner's bucket is checke
 without yielding to Trio, so it is as serialised as a mailbox would make it, without a
 mailbox round trip (two task switches, about 50 us, a tenth of a request's budget). The
 owner's bucket is the service-wide one (``runtime.limits``); if it refuses, the key's hit
-and spend are taken back.
+and spend are taken back. Charge tokens are remembered (the newest ``_MAX_TOKENS``) so a
+retried charge is applied once.
 """
 
 from __future__ import annotations
@@ -17,10 +18,22 @@ from typing import Any
 
 import trio
 
-from plugins.keys.metering import ADMIT, REFUND, MeterItem, MeterResult, SpendLedger, Status
+from plugins.keys.metering import (
+    ADMIT,
+    REFUND,
+    REOPEN,
+    VOID,
+    MeterItem,
+    MeterResult,
+    SpendLedger,
+    Status,
+)
 from plugins.keys.records import KeyRecord
 from runtime.limits import WINDOW_SECONDS, user_bucket
 from runtime.shared import SharedState
+
+_MAX_TOKENS = 100_000
+_UNSEEN = -1
 
 
 @dataclass
@@ -36,6 +49,8 @@ class MemoryMeter:
     def __init__(self, shared: SharedState) -> None:
         self._shared = shared
         self._keys: dict[int, _KeyMeter] = {}
+        # (key id, token) -> the period the charge was applied in, or None once voided.
+        self._tokens: dict[tuple[int, str], int | None] = {}
         self.spend = SpendLedger()
 
     async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
@@ -53,6 +68,8 @@ class MemoryMeter:
     async def meter(self, item: MeterItem, now: float) -> MeterResult:
         """Decide on ``item``; applies the hit and the spend when admitted."""
         state = self._state(item)
+        if item.token:
+            return self._charge_once(state, item)
         hits = state.hits
         counting = item.mode == ADMIT and item.key_rpm > 0
         if counting:
@@ -84,6 +101,37 @@ class MemoryMeter:
                                    state.period_key, 0)
         self.spend.add(item.key_id, period, item.cost)
         return self._result(state, "ok", counting, item.cost)
+
+    def _charge_once(self, state: _KeyMeter, item: MeterItem) -> MeterResult:
+        """A CHARGE, VOID or REOPEN of a token (see ``MeterItem``); never yields to Trio."""
+        key = (item.key_id, item.token)
+        seen = self._tokens.get(key, _UNSEEN)
+        if item.mode == REOPEN:
+            if seen is None:
+                del self._tokens[key]
+            return self._result(state, "ok", False)
+        if item.mode == VOID:
+            applied = 0
+            if seen is not None and seen == state.period_key:
+                applied = -min(item.cost, state.used)
+                state.used += applied
+            self._remember(key, None)
+            return self._result(state, "ok", False, applied)
+        if seen is None:
+            return self._result(state, "void", False)
+        if seen != _UNSEEN:
+            return self._result(state, "ok", False, item.cost)
+        if item.limit is not None and state.used >= item.limit:
+            return self._result(state, "spend", False)
+        state.used += item.cost
+        self._remember(key, state.period_key)
+        return self._result(state, "ok", False, item.cost)
+
+    def _remember(self, key: tuple[int, str], period_key: int | None) -> None:
+        self._tokens.pop(key, None)
+        self._tokens[key] = period_key
+        if len(self._tokens) > _MAX_TOKENS:
+            del self._tokens[next(iter(self._tokens))]
 
     def _result(self, state: _KeyMeter, status: Status, counting: bool,
                 applied: int = 0) -> MeterResult:

@@ -6,11 +6,15 @@ while the previous call was out go together (a call costs about 130 us of client
 an item in a batch about 30 us). The script is atomic, so two processes sharing one Redis
 enforce one cap per key, one bucket per user and one spend per period.
 
-For each item the script meters, in order: the key's sliding window (``keys:win:<id>``),
-the period spend (hash ``keys:spend:<id>`` holding ``pk`` and ``used``), and the owner's
+For each item the script meters, in order: the key's sliding window
+(``keys:{key:<id>}:win``), the period spend (hash ``keys:{key:<id>}:spend`` holding ``pk``
+and ``used``), and the owner's
 service-wide bucket. The bucket is the very sorted set ``SharedState.hit_window`` keeps
 for ``runtime.limits.user_bucket``, named by ``runtime.shared.window_key`` (scores and
-members in milliseconds), so session and key requests of a user share it.
+members in milliseconds), so session and key requests of a user share it. A charge with a
+token (``MeterItem``) also sets ``keys:{key:<id>}:charge:<token>`` (kept 7 days) in the same
+step, so a charge retried after a timeout (the script may have run in Redis all the same)
+is applied once.
 A spend hash that is missing (expired after 40 idle days, or Redis was emptied) or holds an
 older period starts from the database's figure (``seed``) plus the spend this process
 applied and has not written to the database yet, so a restart of Redis or of a process
@@ -33,7 +37,13 @@ from typing import Any
 import trio
 from coredis.exceptions import RedisError
 
-from plugins.keys.metering import STATUSES, MeterItem, MeterResult, SpendLedger
+from plugins.keys.metering import (
+    STATUSES,
+    TOKEN_TTL_SECONDS,
+    MeterItem,
+    MeterResult,
+    SpendLedger,
+)
 from plugins.keys.records import KeyRecord
 from runtime.errors import Unavailable
 from runtime.limits import WINDOW_SECONDS, user_bucket
@@ -43,21 +53,32 @@ log = logging.getLogger("flowsvc.keys")
 _SPEND_TTL_MS = 40 * 86_400_000
 _MAX_QUEUE = 10_000
 
-# KEYS: per item: key window, user window, spend hash.
-# ARGV[1] = now (ms); per item: mode, key rpm, user rpm, limit (-1: none), cost, period key,
-# seed, window member, spend TTL (ms).
-# Returns per item: status (0 ok, 1 key rate, 2 user rate, 3 spend), key count, oldest key
-# hit (ms, -1 none), oldest user hit (ms, -1 unknown), used, period key, applied spend.
+
+def key_name(key_id: int, what: str) -> str:
+    """The logical Redis name of one of an API key's meter keys. All of them carry the
+    hash tag ``{key:<id>}``, so they share a cluster slot and one script may touch them."""
+    return f"keys:{{key:{key_id}}}:{what}"
+
+
+# KEYS: per item: key window, user window, spend hash, charge token.
+# ARGV[1] = now (ms), ARGV[2] = token TTL (ms); per item: mode, key rpm, user rpm, limit
+# (-1: none), cost, period key, seed, window member, spend TTL (ms), has token (1 or 0).
+# A token's key holds the period its charge was applied in, or 'v' once voided (mode 4),
+# until a reopen (mode 5) deletes the 'v'.
+# Returns per item: status (0 ok, 1 key rate, 2 user rate, 3 spend, 4 void), key count,
+# oldest key hit (ms, -1 none), oldest user hit (ms, -1 unknown), used, period key,
+# applied spend.
 _METER_LUA = """
-local now = tonumber(ARGV[1])
+local now, token_ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local window = WINDOW_MS
 local out = {}
-for i = 1, #KEYS / 3 do
-  local kw, uw, sp = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local a = 2 + (i - 1) * 9
+for i = 1, #KEYS / 4 do
+  local kw, uw, sp, tk = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+  local a = 3 + (i - 1) * 10
   local mode, key_rpm, user_rpm = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local limit, cost, pk = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   local seed, member, ttl = tonumber(ARGV[a + 6]), ARGV[a + 7], tonumber(ARGV[a + 8])
+  local tokened = ARGV[a + 9] == '1'
   local stored = redis.call('HMGET', sp, 'pk', 'used')
   local spk, used = tonumber(stored[1]), tonumber(stored[2])
   if spk == nil or spk < pk then
@@ -67,38 +88,56 @@ for i = 1, #KEYS / 3 do
   end
   local status, kcount, uoldest, applied = 0, 0, -1, 0
   local counting = mode == 1 and key_rpm > 0
-  if counting then
-    redis.call('ZREMRANGEBYSCORE', kw, '-inf', now - window)
-    kcount = redis.call('ZCARD', kw)
-    if kcount >= key_rpm then status = 1 end
-  end
-  if status == 0 and mode ~= 3 and limit >= 0 and used >= limit then status = 3 end
-  if status == 0 and mode == 1 and user_rpm > 0 then
-    redis.call('ZREMRANGEBYSCORE', uw, '-inf', now - window)
-    if redis.call('ZCARD', uw) >= user_rpm then
-      status = 2
-      local oldest = redis.call('ZRANGE', uw, 0, 0, 'WITHSCORES')
-      if oldest[2] then uoldest = tonumber(oldest[2]) end
-    end
-  end
-  if status == 0 then
-    if counting then
-      redis.call('ZADD', kw, now, member)
-      redis.call('PEXPIRE', kw, window)
-      kcount = kcount + 1
-    end
-    if mode == 1 and user_rpm > 0 then
-      redis.call('ZADD', uw, now, member)
-      redis.call('PEXPIRE', uw, window)
-    end
-    if mode == 3 then
-      if spk == pk then applied = -math.min(cost, used) end
-    else
-      applied = cost
-    end
-    if applied ~= 0 then
+  local seen = false
+  if tokened then seen = redis.call('GET', tk) end
+  if tokened and mode == 5 then
+    if seen == 'v' then redis.call('DEL', tk) end
+  elseif tokened and mode == 4 then
+    if seen and seen ~= 'v' and tonumber(seen) == spk then
+      applied = -math.min(cost, used)
       used = redis.call('HINCRBY', sp, 'used', applied)
       redis.call('PEXPIRE', sp, ttl)
+    end
+    redis.call('SET', tk, 'v', 'PX', token_ttl)
+  elseif seen == 'v' then
+    status = 4
+  elseif seen then
+    applied = cost
+  else
+    if counting then
+      redis.call('ZREMRANGEBYSCORE', kw, '-inf', now - window)
+      kcount = redis.call('ZCARD', kw)
+      if kcount >= key_rpm then status = 1 end
+    end
+    if status == 0 and mode ~= 3 and limit >= 0 and used >= limit then status = 3 end
+    if status == 0 and mode == 1 and user_rpm > 0 then
+      redis.call('ZREMRANGEBYSCORE', uw, '-inf', now - window)
+      if redis.call('ZCARD', uw) >= user_rpm then
+        status = 2
+        local oldest = redis.call('ZRANGE', uw, 0, 0, 'WITHSCORES')
+        if oldest[2] then uoldest = tonumber(oldest[2]) end
+      end
+    end
+    if status == 0 then
+      if counting then
+        redis.call('ZADD', kw, now, member)
+        redis.call('PEXPIRE', kw, window)
+        kcount = kcount + 1
+      end
+      if mode == 1 and user_rpm > 0 then
+        redis.call('ZADD', uw, now, member)
+        redis.call('PEXPIRE', uw, window)
+      end
+      if mode == 3 then
+        if spk == pk then applied = -math.min(cost, used) end
+      else
+        applied = cost
+      end
+      if applied ~= 0 then
+        used = redis.call('HINCRBY', sp, 'used', applied)
+        redis.call('PEXPIRE', sp, ttl)
+      end
+      if tokened then redis.call('SET', tk, spk, 'PX', token_ttl) end
     end
   end
   local koldest = -1
@@ -200,15 +239,16 @@ class RedisMeter:
     async def _execute(self, batch: list[tuple[MeterItem, _Slot]]) -> None:
         now_ms = int(time.time() * 1000)
         keys: list[str] = []
-        args: list[int | str] = [now_ms]
+        args: list[int | str] = [now_ms, TOKEN_TTL_SECONDS * 1000]
         for item, _ in batch:
-            keys += [f"keys:win:{item.key_id}", window_key(user_bucket(item.user_id)),
-                     f"keys:spend:{item.key_id}"]
+            keys += [key_name(item.key_id, "win"), window_key(user_bucket(item.user_id)),
+                     key_name(item.key_id, "spend"),
+                     key_name(item.key_id, f"charge:{item.token}")]
             args += [item.mode, item.key_rpm, item.user_rpm,
                      -1 if item.limit is None else item.limit, item.cost, item.period_key,
                      item.seed + self.spend.pending(item.key_id, item.period_key),
                      f"{now_ms}:{self._member_tag}{next(self._members)}",
-                     _SPEND_TTL_MS]
+                     _SPEND_TTL_MS, 1 if item.token else 0]
         try:
             with trio.fail_after(self._timeout):
                 reply: list[int] = await self._script(keys, args)
@@ -222,7 +262,8 @@ class RedisMeter:
         for index, (item, slot) in enumerate(batch):
             status, kcount, koldest, uoldest, used, period, applied = (
                 int(value) for value in reply[index * 7:index * 7 + 7])
-            self.spend.add(item.key_id, period, applied)
+            if not item.token:  # a token's spend is written by its charge's transaction
+                self.spend.add(item.key_id, period, applied)
             slot.finish(MeterResult(
                 STATUSES[status], kcount,
                 None if koldest < 0 else koldest / 1000, None if uoldest < 0 else uoldest / 1000,
@@ -237,7 +278,7 @@ class RedisMeter:
             return {}
         try:
             reply: list[Any] = await self._read_script(
-                [f"keys:spend:{record.id}" for record in records], [])
+                [key_name(record.id, "spend") for record in records], [])
         except (RedisError, OSError) as exc:
             raise Unavailable("the API key meter cannot reach Redis") from exc
         used = {}

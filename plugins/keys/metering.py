@@ -12,14 +12,25 @@ import trio
 
 from plugins.keys.records import KeyRecord
 
-ADMIT, CHARGE, REFUND = 1, 2, 3
-Status = Literal["ok", "key_rate", "user_rate", "spend"]
-STATUSES: tuple[Status, ...] = ("ok", "key_rate", "user_rate", "spend")
+ADMIT, CHARGE, REFUND, VOID, REOPEN = 1, 2, 3, 4, 5
+Status = Literal["ok", "key_rate", "user_rate", "spend", "void"]
+STATUSES: tuple[Status, ...] = ("ok", "key_rate", "user_rate", "spend", "void")
+TOKEN_TTL_SECONDS = 7 * 86_400
+"""How long a backend remembers a charge token (retries and reconciliation come far sooner)."""
 
 
 @dataclass(frozen=True)
 class MeterItem:
-    """One question to a meter backend. ``mode`` is ADMIT, CHARGE or REFUND."""
+    """One question to a meter backend. ``mode`` is ADMIT, CHARGE, REFUND, VOID or REOPEN.
+
+    A CHARGE with a ``token`` is applied once per token: asked again, the backend answers
+    ``ok`` and ``applied`` without charging again, or ``void`` once the token was voided.
+    A VOID takes back the charge of ``token`` (``cost``) if it was applied, and makes any
+    later CHARGE of that token a no-op answered ``void``, until a REOPEN of the token (its
+    charge is being made anew) forgets that it was voided. The spend of a token's charge is
+    written to the database by the charge's own transaction (``plugins.keys.charging``),
+    so it never goes into the ``SpendLedger``.
+    """
 
     mode: int
     key_id: int
@@ -30,6 +41,18 @@ class MeterItem:
     cost: int
     period_key: int
     seed: int
+    token: str = ""
+
+
+def item_for(record: KeyRecord, mode: int, cost: int, user_rpm: int, unix: float,
+             token: str = "") -> MeterItem:
+    """The meter question for ``record`` at ``unix`` (seconds)."""
+    current = record.current_period_key(unix)
+    return MeterItem(mode=mode, key_id=record.id, user_id=record.user_id,
+                     key_rpm=record.rate_limit_rpm if mode == ADMIT else 0,
+                     user_rpm=user_rpm if mode == ADMIT else 0, limit=record.spend_limit,
+                     cost=cost, period_key=current, seed=record.stored_spend(current),
+                     token=token)
 
 
 @dataclass(frozen=True)

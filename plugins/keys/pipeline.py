@@ -18,8 +18,8 @@ from quart import Request, Response
 
 from plugins.keys.directory import KeyDirectory, Miss
 from plugins.keys.errors import ApiKeyInvalid, ApiKeyRevoked
-from plugins.keys.meter import Admission, admission_of, item_for
-from plugins.keys.metering import ADMIT, REFUND, MeterItem
+from plugins.keys.meter import Admission, admission_of
+from plugins.keys.metering import ADMIT, REFUND, MeterItem, item_for
 from plugins.keys.records import KEY_PREFIX, RAW_KEY, KeyRecord, hash_key
 from plugins.keys.state import KEYS, KeysState
 from plugins.keys.usage import UsageEntry
@@ -66,7 +66,7 @@ def authenticate(service: Service, credentials: Credentials, context: RequestCon
     raw = raw_key_of(credentials)
     if raw is None:
         return None
-    if not RAW_KEY.match(raw):
+    if not RAW_KEY.fullmatch(raw):
         raise ApiKeyInvalid("the API key is not a valid sk_live_ key")
     directory = service.state(KEYS).directory
     key_hash = hash_key(raw)

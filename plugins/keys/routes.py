@@ -33,7 +33,7 @@ from runtime import idempotency
 from runtime.context import current_context, require_user
 from runtime.errors import InvalidRequest, NotFound
 from runtime.http import current_service, json_response
-from runtime.inputs import FlowsvcRequest, Label
+from runtime.inputs import Body, FlowsvcRequest, Label
 from runtime.openapi import Success, answers
 from runtime.wire import iso, parse_flow, utcnow
 
@@ -44,8 +44,8 @@ NAME = Field(min_length=1, max_length=64)
 FlowAmount = str | int | float | None
 
 
-class CreateKey(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+class CreateKey(Body):
+    model_config = ConfigDict(json_schema_extra={"examples": [
         {"name": "ci deploys", "rate_limit_rpm": 60, "spend_limit_flow": "25.000000",
          "spend_period": "month"}]})
     name: Label = NAME
@@ -54,8 +54,7 @@ class CreateKey(BaseModel):
     spend_period: SpendPeriod = "month"
 
 
-class PatchKey(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PatchKey(Body):
     name: Label | None = Field(None, min_length=1, max_length=64)
     rate_limit_rpm: StrictInt | None = Field(None, ge=0)
     spend_limit_flow: FlowAmount = Field(None, description="decimal string; null: no cap")

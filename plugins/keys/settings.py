@@ -18,4 +18,6 @@ class KeysSettings(Section):
     usage_batch: int = Field(500, ge=1)
     usage_flush_seconds: float = Field(0.5, gt=0)
     usage_retention_days: int = Field(90, ge=1)
+    charge_grace_seconds: float = Field(300.0, gt=0)
+    charge_reconcile_seconds: float = Field(60.0, gt=0)
     recent_default_limit: int = Field(50, ge=1, le=200)

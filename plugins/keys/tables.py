@@ -4,6 +4,11 @@ Amounts are BigInteger micro-FLOW. ``spend_used`` is the spend of the period ide
 ``spend_period_key`` (see ``plugins.keys.periods``); ``spend_epoch`` grows whenever
 ``spend_period`` changes, so that spend flushed for an older period can never land in the
 new one.
+
+``key_charges`` is the charge ledger: one row per ``Charge`` token, written ``pending``
+before the meter is touched and turned ``applied`` in the transaction that writes the
+charge's usage row, the key's stored spend and the caller's own record (or ``voiding``
+then ``void`` when it is taken back); ``plugins.keys.charging`` explains the order.
 """
 
 from sqlalchemy import (
@@ -16,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    UniqueConstraint,
 )
 
 from runtime.users import Id
@@ -55,4 +61,19 @@ api_key_usage = Table(
     Column("latency_us", BigInteger, nullable=True),
     Index("ix_api_key_usage_key_id_at", "key_id", "at"),
     Index("ix_api_key_usage_at", "at"),
+)
+
+key_charges = Table(
+    "key_charges", metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("token", String(128), nullable=False),
+    Column("key_id", BigInteger, ForeignKey("api_keys.id"), nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("model", String(64), nullable=False),
+    Column("state", String(8), nullable=False),
+    Column("period_key", BigInteger, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("settled_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("token", name="uq_key_charges_token"),
+    Index("ix_key_charges_state_created_at", "state", "created_at"),
 )

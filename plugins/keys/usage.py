@@ -1,4 +1,6 @@
-"""The usage log: one row per key request or charge, written in batches by ``keys.usage``.
+"""The usage log: one row per key request or charge. Requests are written in batches by
+``keys.usage``; a charge's row is written by the charge's own transaction
+(``plugins.keys.charging``), so no charge is ever missing from the log.
 
 Requests never wait for it. Each request appends its entry to the actor's bounded buffer
 (``usage_buffer`` entries) without yielding to Trio: no task switch and no wake-up per
@@ -83,9 +85,6 @@ class UsageLog:
         self._entries.append(entry)
         if len(self._entries) == 1:
             self._arrived.set()
-
-    def log_charge(self, key_id: int, at: datetime, cost: int, model: str) -> None:
-        self.log(UsageEntry(key_id, at, "charge", None, None, None, cost, model, None))
 
     async def wait(self) -> None:
         """Wait until the buffer holds an entry (the actor's side)."""

@@ -3,16 +3,17 @@
 A run is started through ``runtime.contracts.runs.AGENT_RUNS`` (the projects plugin's
 runner, run queue and SSE event log, as for project runs) on an event stream of its own,
 ``agent-run-<hex>``, and a workspace of its own, ``agent-runs/<hex>``. Its
-``before_tool_call`` bills each call: the tool's price (fixed when the run starts, see
-``access.terms_of_use``) is charged to the caller's API key through ``keys.meter`` and
-then credited to the agent's owner. When the key's spend cap is reached the charge is
-refused (``SpendCapReached``) and the runner stops the run with that reason; the key's
-next request is answered 402 by the keys plugin.
+``before_tool_call`` bills each call that will start: the tool's price (fixed when the
+run starts, see ``access.terms_of_use``) is charged to the caller's API key through
+``keys.meter`` with the token ``run:<run id>:<call id>``, and the run's count and charge
+and the owner's earning are written in the transaction that records the charge (the
+keys plugin's charge ledger), so the four never disagree. When the key's spend cap is
+reached the charge is refused (``SpendCapReached``) and the runner stops the run with
+that reason; the key's next request is answered 402 by the keys plugin.
 
 A database or Redis outage pauses a run at its next call instead of failing it: the
-charge, then the credit, are each retried with backoff until the dependency answers
-(``runtime.backoff``), separately, so that a charge made once is never made again
-because its credit had to wait.
+charge is retried with backoff until the dependencies answer (``runtime.backoff``), with
+the same token, so it is applied and recorded once however often it is retried.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, update
@@ -73,28 +75,28 @@ class CallBilling:
     key_id: int | None
     run_id: str = ""
 
-    async def __call__(self, tool: str) -> None:
-        """Bill one call of ``tool``.
+    async def __call__(self, tool: str, call_id: str) -> int:
+        """Bill the call ``call_id`` of ``tool``; the micro-FLOW charged.
 
         :raises SpendCapReached: the key's cap is reached (the runner stops the run).
         :raises Unauthenticated: the key was revoked meanwhile.
         """
         price = self.terms.prices.get(tool, 0)
-        if price:
-            key_id = self.key_id
-            assert key_id is not None  # paid runs are refused without a key
-            await until_available(
-                lambda: charge_key(self.service, key_id, price, self.terms.agent.slug),
-                what=f"charging a call of run {self.run_id}", log=log)
+        key_id = self.key_id
+        assert key_id is not None or not price  # paid runs are refused without a key
+        record = partial(record_call, run_id=self.run_id, terms=self.terms,
+                         key_id=key_id, tool=tool, price=price)
         await until_available(
-            lambda: self.service.db.write(record_call, self.run_id, self.terms, self.key_id,
-                                          tool, price),
-            what=f"recording a call of run {self.run_id}", log=log)
+            lambda: charge_key(self.service, key_id or 0, price, self.terms.agent.slug,
+                               token=f"run:{self.run_id}:{call_id}", record=record),
+            what=f"charging call {call_id} of run {self.run_id}", log=log)
+        return price
 
 
-def record_call(connection: Connection, run_id: str, terms: Terms, key_id: int | None,
+def record_call(connection: Connection, *, run_id: str, terms: Terms, key_id: int | None,
                 tool: str, price: int) -> None:
-    """Count one call of a run and credit its price (already charged) to the owner."""
+    """Count one call of a run and credit its price to the owner (in the transaction that
+    records the charge)."""
     connection.execute(update(runs).where(runs.c.run_id == run_id).values(
         tool_calls=runs.c.tool_calls + 1, charged_micro=runs.c.charged_micro + price))
     if price:

@@ -22,6 +22,7 @@ from pydantic import StringConstraints as Text
 
 from plugins.marketplace.catalog import MAX_TAGS, SLUG_PATTERN, TAG_PATTERN
 from plugins.marketplace.ranking import Sort
+from runtime.inputs import Body
 
 
 def _lowercase(value: object) -> object:
@@ -35,11 +36,7 @@ Instructions = Annotated[str, Text(max_length=8000)]
 MAX_TOOL_PRICES = 100
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CreateAgentRequest(_Body):
+class CreateAgentRequest(Body):
     """``POST /agents``: a draft agent (publish it to list it)."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [
@@ -58,7 +55,7 @@ class CreateAgentRequest(_Body):
     premium: bool = False
 
 
-class AgentFromProjectRequest(_Body):
+class AgentFromProjectRequest(Body):
     """``POST /agents/from-project``: an agent made from a project whose run completed."""
 
     projectSlug: str = Field(min_length=1, max_length=64)
@@ -70,7 +67,7 @@ class AgentFromProjectRequest(_Body):
     premium: bool = False
 
 
-class PublishRequest(_Body):
+class PublishRequest(Body):
     """``POST /agents/:slug/publish``: every field optional; an empty body only publishes."""
 
     name: Name | None = None
@@ -81,7 +78,7 @@ class PublishRequest(_Body):
     premium: bool | None = None
 
 
-class ToolPriceEntry(_Body):
+class ToolPriceEntry(Body):
     tool: str = Field(min_length=1, max_length=64)
     perCallFlow: StrictStr | StrictInt | StrictFloat = Field(
         description="FLOW per call, at most 6 decimals; a decimal string is preferred")
@@ -102,13 +99,13 @@ class ListQuery(BaseModel):
     limit: int = Field(20, ge=1, description="page size; values over 100 are clamped to 100")
 
 
-class RatingRequest(_Body):
+class RatingRequest(Body):
     """``POST /agents/:slug/ratings``: 1 to 5 stars."""
 
     stars: int = Field(ge=1, le=5)
 
 
-class RunRequest(_Body):
+class RunRequest(Body):
     """``POST /agents/:slug/runs``: the caller's own brief."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [

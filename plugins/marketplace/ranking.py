@@ -59,6 +59,7 @@ from sqlalchemy import (
 
 from plugins.marketplace.tables import agent_tags, agents, rank_entries
 from runtime.errors import InvalidRequest
+from runtime.inputs import MAX_ID
 from runtime.users import users
 from runtime.wire import as_utc
 
@@ -188,8 +189,8 @@ def decode_cursor(text: str, *, now: int, ttl_seconds: int) -> Cursor:
         raise _bad_cursor("is not a cursor returned by this listing") from None
     valid = (version == _CURSOR_VERSION and sort in SORTS
              and (tag is None or isinstance(tag, str))
-             and all(isinstance(v, int) and not isinstance(v, bool)
-                     for v in (snapshot, listed, score, agent_id)))
+             and all(isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_ID
+                     for v in (snapshot, listed, score, agent_id)))  # 64-bit columns
     if not valid or snapshot > listed:
         raise _bad_cursor("is not a cursor returned by this listing")
     if listed > now:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Select, insert, select, update
@@ -167,7 +168,7 @@ def _end(connection: Connection, subscription: Subscription, reason: str) -> Non
                                end_reason=reason))
 
 
-def _renew(connection: Connection, subscription: Subscription, agent: Agent) -> None:
+def _renew(connection: Connection, *, subscription: Subscription, agent: Agent) -> None:
     price, days = agent.monetization.price_micro, agent.monetization.period_days
     start = subscription.period_end
     connection.execute(update(subscriptions).where(subscriptions.c.id == subscription.id)
@@ -210,8 +211,10 @@ async def settle_due(service: Service, now: datetime | None = None) -> dict[str,
             if reason is None:
                 assert agent is not None and subscription.key_id is not None
                 try:
-                    await charge_key(service, subscription.key_id,
-                                     agent.monetization.price_micro, agent.slug)
+                    await charge_key(
+                        service, subscription.key_id, agent.monetization.price_micro,
+                        agent.slug, record=partial(_renew, subscription=subscription, agent=agent),
+                        token=f"sub:{subscription.id}:{subscription.period_end.isoformat()}")
                 except Unavailable:
                     log.warning("renewal of subscription %d postponed: meter unavailable",
                                 subscription.id)
@@ -220,7 +223,6 @@ async def settle_due(service: Service, now: datetime | None = None) -> dict[str,
                     log.info("subscription %d not renewed: %s", subscription.id, exc.code)
                     reason = "payment_failed"
                 else:
-                    await service.db.write(_renew, subscription, agent)
                     report["renewed"] += 1
                     continue
             await service.db.write(_end, subscription, reason)

@@ -76,9 +76,18 @@ async def subscribe(slug: str) -> Response:
         resumed = await service.db.write(set_renewal, agent.id, user_id, True, utcnow())
         return json_response({"subscription": resumed.public()})
     key_id = billing_key(principal, "a subscription")
-    await charge_key(service, key_id, agent.monetization.price_micro, agent.slug)
-    started = await service.db.write(start_period, agent, user_id, key_id, utcnow())
-    return json_response({"subscription": started.public()}, 201)
+    started: list[Subscription] = []
+
+    def record(connection: Connection) -> None:
+        started.append(start_period(connection, agent, user_id, key_id, utcnow()))
+
+    # The token names this purchase by the state it starts from (no subscription yet, or
+    # the one that ended), so a client retrying after a 503 cannot pay twice: a purchase
+    # that went through moves the period end, and the retry is refused as a conflict.
+    since = current.period_end.isoformat() if current is not None else "first"
+    await charge_key(service, key_id, agent.monetization.price_micro, agent.slug,
+                     token=f"subscribe:{agent.id}:{user_id}:{since}", record=record)
+    return json_response({"subscription": started[0].public()}, 201)
 
 
 @blueprint.post("/agents/<slug>/subscription/cancel")

@@ -84,6 +84,8 @@ def flowsvc_agent_templates() -> list[AgentTemplate]:
 @hookimpl
 def flowsvc_agent_tools(service: Service) -> list[Tool]:
     from plugins.projects.engine.fetch_tool import fetch_url_tool
+    from plugins.projects.engine.sandboxed_tools import sandboxed_tools
     from plugins.projects.engine.tools import builtin_tools
 
-    return [*builtin_tools(), fetch_url_tool(service.plugin_settings("projects", ProjectsSettings))]
+    return [*builtin_tools(), *sandboxed_tools(),
+            fetch_url_tool(service.plugin_settings("projects", ProjectsSettings))]

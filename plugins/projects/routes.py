@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any, Literal
 
 import trio
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_request
 
@@ -43,6 +43,7 @@ from runtime.context import caller_first, require_user
 from runtime.contracts.tokens import SLUG_PATTERN, TOKENS
 from runtime.errors import Conflict
 from runtime.http import current_service, json_response
+from runtime.inputs import Body
 from runtime.openapi import Success, answers
 from runtime.service import Service
 from runtime.users import get_user
@@ -60,10 +61,10 @@ _POLL_SECONDS = 0.05
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\r?\n")
 
 
-class CreateProjectRequest(BaseModel):
+class CreateProjectRequest(Body):
     """``POST /projects``; unknown fields are refused."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra={"examples": [
         {"tokenSlug": "moon", "title": "Moon landing page", "brief": "A one-page site for "
          "the MOON token: what it is, how to buy it, and a live price chart.",
          "agentTemplate": "fullstack-builder", "private": False}]})
@@ -74,7 +75,7 @@ class CreateProjectRequest(BaseModel):
     agentTemplate: str = Field(min_length=1, max_length=64,
                                description="fullstack-builder, bot-builder, content-machine "
                                            "or research-agent")
-    private: StrictBool = False
+    private: bool = False
 
     @field_validator("title", "brief")
     @classmethod

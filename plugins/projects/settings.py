@@ -29,7 +29,7 @@ class ProjectsSettings(Section):
     run_timeout_seconds: float = Field(1800.0, gt=0)
     lease_seconds: float = Field(30.0, ge=1)
     workspace_root: Path = Path("")
-    allow_commands: bool = False
+    allow_commands: bool = True
     command_timeout_seconds: float = Field(30.0, gt=0)
     replay_events: int = Field(1000, ge=10, le=100_000)
     heartbeat_seconds: float = Field(15.0, gt=0)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.inputs import Body, Time
 
 DeliveryState = Literal["pending", "delivered", "failed"]
 
 
-class CreateWebhookRequest(BaseModel):
+class CreateWebhookRequest(Body):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"url": "https://hooks.example.com/flowsvc", "events": ["subscription.granted"]}]})
     url: str = Field(min_length=1, max_length=2048,
@@ -18,9 +20,9 @@ class CreateWebhookRequest(BaseModel):
                               "type, including types added later")
 
 
-class RecoverRequest(BaseModel):
-    since: AwareDatetime = Field(description="re-send failed deliveries of events from this time")
-    until: AwareDatetime | None = Field(None, description="up to this time (default: now)")
+class RecoverRequest(Body):
+    since: Time = Field(description="re-send failed deliveries of events from this time")
+    until: Time | None = Field(None, description="up to this time (default: now)")
 
 
 class DeliveriesQuery(BaseModel):

@@ -25,10 +25,17 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Connection,
+    DateTime,
+    Integer,
+    String,
+    Text,
     and_,
     bindparam,
+    cast,
+    column,
     delete,
     exists,
     func,
@@ -38,6 +45,7 @@ from sqlalchemy import (
     or_,
     select,
     update,
+    values,
 )
 
 from plugins.webhooks.signing import envelope_body
@@ -228,7 +236,7 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
 
     The common case, every attempt of the batch delivered, costs three statements: the
     subscriptions' lock, the deliveries' update (which also says which are still ``owner``'s)
-    and the attempts' one.
+    and the attempts' one (``_record_answers``).
     """
     now = utcnow()
     released = {"claimed_until": None, "claim_owner": None}
@@ -282,14 +290,46 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
                         "b_excerpt": outcome.response_excerpt,
                         "b_outcome": UNKNOWN if settled == "stale" else settled})
         results.append(settled)
-    # One executemany (psycopg pipelines it: one round trip), whatever the batch's size.
+    _record_answers(connection, answers)
+    return results
+
+
+def _record_answers(connection: Connection, answers: list[dict[str, object]]) -> None:
+    """Fill in the history rows of a settled batch.
+
+    On PostgreSQL one ``UPDATE … FROM (VALUES …)`` statement, whatever the batch's size: the
+    cost there is per statement (an executemany runs one per row, even pipelined). SQLite's
+    executemany steps one prepared statement in process, which costs little per row, and its
+    ``UPDATE … FROM`` takes no ``VALUES`` list with named columns.
+    """
+    if not answers:
+        return
+    if connection.dialect.name == "postgresql":
+        # Columns read off ``values()`` before ``.data()`` would name the empty VALUES in
+        # the FROM clause, hence the names listed here. A None is rendered as a bare NULL,
+        # typed text when a whole column is NULL: the nullable ones are cast back.
+        names = ("b_delivery", "b_number", "b_started", "b_duration", "b_status", "b_error",
+                 "b_outcome", "b_excerpt")
+        answered = values(
+            column("b_delivery", BigInteger), column("b_number", Integer),
+            column("b_started", DateTime(timezone=True)), column("b_duration", Integer),
+            column("b_status", Integer), column("b_error", Text), column("b_outcome", String),
+            column("b_excerpt", Text), name="answered",
+        ).data([tuple(answer[name] for name in names) for answer in answers])
+        connection.execute(update(attempts).where(
+            attempts.c.delivery_id == answered.c.b_delivery,
+            attempts.c.number == answered.c.b_number).values(
+            started_at=answered.c.b_started, duration_ms=answered.c.b_duration,
+            status_code=cast(answered.c.b_status, Integer),
+            error=cast(answered.c.b_error, Text), outcome=answered.c.b_outcome,
+            response_excerpt=cast(answered.c.b_excerpt, Text)))
+        return
     connection.execute(update(attempts).where(
         attempts.c.delivery_id == bindparam("b_delivery"),
         attempts.c.number == bindparam("b_number")).values(
         started_at=bindparam("b_started"), duration_ms=bindparam("b_duration"),
         status_code=bindparam("b_status"), error=bindparam("b_error"),
         outcome=bindparam("b_outcome"), response_excerpt=bindparam("b_excerpt")), answers)
-    return results
 
 
 def release_claims(connection: Connection, owner: str) -> int:

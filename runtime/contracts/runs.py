@@ -21,9 +21,13 @@ if TYPE_CHECKING:
     from quart import Response
     from sqlalchemy import Connection
 
-BeforeToolCall = Callable[[str], Awaitable[None]]
-"""Awaited with the tool's name before each tool call of a run; raising stops the run
-(``failed``, the exception's message as the reason)."""
+BeforeToolCall = Callable[[str, str], Awaitable[int | None]]
+"""Awaited as ``before_tool_call(tool, call_id)`` before each tool call of a run that will
+start (a known tool, arguments that fit its schema), once per call; it returns the
+micro-FLOW charged for the call, shown as ``priceFlow`` in its ``tool_result``, or None
+when the call is not billed. Raising stops the run (``failed``, the exception's message
+as the reason); the call does not start. ``call_id`` (``call-<n>``) is unique within the
+run, so ``run id + call id`` names the call for an idempotent charge."""
 
 Prepare = Callable[["Connection", str], None]
 """Called as ``prepare(connection, run_id)`` in the transaction that records a new run."""

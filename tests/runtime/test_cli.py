@@ -18,6 +18,7 @@ import trio
 from sqlalchemy import create_engine, inspect
 
 from runtime.cli import main
+from runtime.sandbox.jail import cgroups_state
 from runtime.storage import normalize_url
 from tests.support.server import client, free_port, make_settings, running_server, settings_env
 from tests.support.testkit_plugin import MODULE as TESTKIT
@@ -51,6 +52,21 @@ def test_migrate_creates_the_tables_of_every_enabled_plugin(
             "auth_access_codes"} <= tables
     assert main(["migrate"]) == 0  # again: nothing to do, nothing fails
     assert _tables(database_url) == tables
+
+
+def test_doctor_says_what_the_sandbox_offers(cli_env: dict[str, str],
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["doctor"]) == 0
+    assert capsys.readouterr().out == ("sandbox commands: available\n"
+                                       "sandbox browser: available\n"
+                                       f"sandbox cgroups: {cgroups_state()}\n")
+    monkeypatch.setenv("FLOWSVC_SANDBOX_ACTIVE", "false")
+    assert main(["doctor"]) == 1
+    reason = "turned off by [sandbox] active = false"
+    assert capsys.readouterr().out == (f"sandbox commands: {reason}\n"
+                                       f"sandbox browser: {reason}\n"
+                                       f"sandbox cgroups: {cgroups_state()}\n")
 
 
 def test_plugins_lists_hooks_actors_and_routes(cli_env: dict[str, str],

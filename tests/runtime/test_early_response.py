@@ -9,9 +9,7 @@ closed (docs/hypercorn-early-response.md); the tests fail on a deadline instead 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +19,11 @@ import trio.testing
 
 from runtime.early_response import guard_early_responses
 from runtime.server import Running
+from tests.support.raw_http import RawConnection, connect
 from tests.support.server import make_settings, running_server, settings_env
 
 MAX_BODY = 4096
 ADDRESS = "0x" + "ab" * 20
-DEADLINE = 20  # seconds for one answer, or for the close; generous for a loaded machine
 
 
 @pytest.fixture
@@ -36,70 +34,6 @@ async def running(tmp_path: Path) -> AsyncIterator[Running]:
                               "FLOWSVC_SERVICE_MAX_BODY_BYTES": str(MAX_BODY)})
     async with running_server(make_settings(env), env) as served:
         yield served
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def error_code(self) -> str:
-        code: str = json.loads(self.body)["error"]["code"]
-        return code
-
-
-class RawConnection:
-    """One HTTP/1.1 connection spoken by hand; every read fails after ``DEADLINE``."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.buffer = b""
-
-    async def send(self, data: bytes) -> None:
-        await self.stream.send_all(data)
-
-    async def answer(self) -> Answer:
-        """The next response (with a Content-Length body); fails if it does not come."""
-        with trio.move_on_after(DEADLINE):
-            while True:
-                head, separator, rest = self.buffer.partition(b"\r\n\r\n")
-                length = re.search(rb"(?im)^content-length: *(\d+)", head)
-                if separator and length and len(rest) >= int(length.group(1)):
-                    self.buffer = rest[int(length.group(1)):]
-                    return _parse(head, rest[:int(length.group(1))])
-                chunk = await self.stream.receive_some(65536)
-                if not chunk:
-                    pytest.fail(f"the server closed the connection instead of answering; "
-                                f"received {self.buffer!r}")
-                self.buffer += chunk
-        pytest.fail(f"no answer within {DEADLINE} s: the connection hangs; "
-                    f"received {self.buffer!r}")
-
-    async def closed_by_server(self) -> bool:
-        """Whether the server closes the connection (end of stream or reset) in time."""
-        with trio.move_on_after(DEADLINE):
-            try:
-                while chunk := await self.stream.receive_some(65536):
-                    self.buffer += chunk
-            except trio.BrokenResourceError:
-                pass  # a reset: the server closed with our unread bytes in its buffer
-            return True
-        return False
-
-
-def _parse(head: bytes, body: bytes) -> Answer:
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return Answer(int(status_line.split()[1]), headers, body)
-
-
-async def _connect(running: Running) -> trio.SocketStream:
-    host, port = running.base_url.removeprefix("http://").rsplit(":", 1)
-    return await trio.open_tcp_stream(host, int(port))
 
 
 def _head(method: str, path: str, *, length: int | None = None) -> bytes:
@@ -138,7 +72,7 @@ async def _second_request_is_answered(connection: RawConnection) -> None:
 
 async def test_a_401_before_the_body_keeps_the_connection_usable(running: Running) -> None:
     body = json.dumps({"reason": "x" * 1000}).encode()
-    async with await _connect(running) as stream:
+    async with await connect(running) as stream:
         connection = RawConnection(stream)
         await connection.send(_head("POST", "/auth/logout", length=len(body)) + body[:300])
         early = await connection.answer()
@@ -158,7 +92,7 @@ async def test_a_405_before_the_body_keeps_the_connection_usable(running: Runnin
         rest = _chunk(body[500:]) + b"0\r\n\r\n"
     else:
         head, first, rest = _head("POST", "/me", length=len(body)), body[:500], body[500:]
-    async with await _connect(running) as stream:
+    async with await connect(running) as stream:
         connection = RawConnection(stream)
         await connection.send(head + first)
         early = await connection.answer()
@@ -171,7 +105,7 @@ async def test_a_405_before_the_body_keeps_the_connection_usable(running: Runnin
 async def test_the_whole_body_after_the_answer_keeps_the_connection_usable(
         running: Running) -> None:
     body = b'{"a": 1}'
-    async with await _connect(running) as stream:
+    async with await connect(running) as stream:
         connection = RawConnection(stream)
         await connection.send(_head("POST", "/auth/logout", length=len(body)))
         assert (await connection.answer()).status == 401
@@ -182,7 +116,7 @@ async def test_the_whole_body_after_the_answer_keeps_the_connection_usable(
 
 async def test_a_413_closes_the_connection_instead_of_hanging(running: Running) -> None:
     body = b"z" * (2 * MAX_BODY)
-    async with await _connect(running) as stream:
+    async with await connect(running) as stream:
         connection = RawConnection(stream)
         await connection.send(_head("POST", "/auth/nonce", length=len(body)) + body[:1000])
         early = await connection.answer()
@@ -200,7 +134,7 @@ async def test_a_413_closes_the_connection_instead_of_hanging(running: Running) 
 async def test_an_early_answer_to_a_body_over_the_limit_says_close_and_closes(
         running: Running) -> None:
     """Too big to drain: the 401 says ``Connection: close`` and the server closes."""
-    async with await _connect(running) as stream:
+    async with await connect(running) as stream:
         connection = RawConnection(stream)
         await connection.send(_head("POST", "/auth/logout", length=10 * MAX_BODY) + b"{")
         early = await connection.answer()
@@ -214,7 +148,7 @@ async def test_an_early_answer_to_a_body_over_the_limit_says_close_and_closes(
 ], ids=["connection-close", "http-1.0"])
 async def test_a_request_saying_close_is_answered_and_closed(running: Running,
                                                              request_line: bytes) -> None:
-    async with await _connect(running) as stream:
+    async with await connect(running) as stream:
         connection = RawConnection(stream)
         await connection.send(request_line)
         assert (await connection.answer()).status == 200
@@ -222,7 +156,7 @@ async def test_a_request_saying_close_is_answered_and_closed(running: Running,
 
 
 async def test_read_bodies_keep_the_connection_alive(running: Running) -> None:
-    async with await _connect(running) as stream:
+    async with await connect(running) as stream:
         connection = RawConnection(stream)
         for _ in range(3):
             await connection.send(SECOND)

@@ -13,6 +13,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from runtime.sandbox.jail import cgroups_state
 from runtime.server import Running
 from tests.support.server import client, free_port, make_settings, running_server, settings_env
 from tests.support.testkit_plugin import MODULE as TESTKIT
@@ -197,7 +198,9 @@ async def test_readyz_is_503_when_a_check_fails(tmp_path: Path) -> None:
     assert ready.json() == {
         "error": {"code": "unavailable", "message": "not ready: redis"},
         "status": "unavailable", "checks": {
-            "database": {"ok": True}, "redis": {"ok": False, "error": "redis is unavailable"}}}
+            "database": {"ok": True}, "redis": {"ok": False, "error": "redis is unavailable"},
+            "sandbox": {"ok": True, "commands": "available", "browser": "available",
+                        "cgroups": cgroups_state()}}}
     assert alive.status_code == 200  # alive, just not ready
 
 

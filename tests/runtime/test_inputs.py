@@ -5,17 +5,22 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, get_args
 
 import httpx
 import pytest
+from pydantic import BaseModel, RootModel, ValidationError
+from quart_schema.validation import QUART_SCHEMA_REQUEST_ATTRIBUTE
 
-from runtime.inputs import MAX_DEPTH, check_visible
+from runtime.http import create_app
+from runtime.inputs import MAX_DEPTH, Body, check_visible
 from runtime.server import Running
 from tests.support.keys import create_key
 from tests.support.server import client, make_settings, running_server, settings_env
 from tests.support.wallet import sign_in
 
 JSON = {"content-type": "application/json"}
+EVERY_PLUGIN = ["auth", "keys", "projects", "webhooks", "marketplace", "billing", "chain"]
 ADDRESS = "0x" + "ab" * 20
 
 
@@ -138,3 +143,93 @@ async def test_an_unknown_body_field_is_refused_by_name(http: httpx.AsyncClient)
     _assert_invalid(response, "adress")
     assert response.json()["error"]["details"] == [
         {"field": "adress", "message": "Extra inputs are not permitted"}]
+
+
+async def test_an_id_in_other_digits_is_a_404_not_another_id(http: httpx.AsyncClient) -> None:
+    await sign_in(http)
+    key = await create_key(http, name="twelve")
+    ascii_id = key["id"].removeprefix("k")
+    assert (await http.get(f"/me/api-keys/{ascii_id}/usage")).status_code == 200
+    # Arabic-Indic, fullwidth and Devanagari digits: int() reads each as the ASCII one.
+    for script in ("٠١٢٣٤٥٦٧٨٩", "０１２３４５６７８９", "०१२३४५६७८९"):
+        other = "".join(script[int(digit)] for digit in ascii_id)
+        for method, path in (("GET", f"/me/api-keys/{other}/usage"),
+                             ("PATCH", f"/me/api-keys/{other}"),
+                             ("DELETE", f"/me/api-keys/{other}")):
+            response = await http.request(method, path,
+                                          json={"name": "x"} if method == "PATCH" else None)
+            assert response.status_code == 404, (path, response.text)
+            assert response.json()["error"]["code"] == "not_found"
+    assert (await http.get("/me/api-keys")).json()["keys"][0]["name"] == "twelve"  # untouched
+
+
+# JSON values of each JSON Schema type, sent to a field that does not take that type.
+_PROBES: dict[str, tuple[object, ...]] = {
+    "boolean": (True, False), "integer": (0, 1), "number": (1.5,), "string": ("1", "yes"),
+    "array": ([],), "object": ({},), "null": (None,)}
+
+
+def _json_types(schema: dict[str, Any]) -> set[str]:
+    """The JSON types a field's schema admits (empty: any value, such as ``Any``)."""
+    if "$ref" in schema:
+        return {"object"}
+    types: set[str] = set()
+    for option in schema.get("anyOf", []) + schema.get("oneOf", []):
+        types |= _json_types(option)
+    declared = schema.get("type", [])
+    types |= {declared} if isinstance(declared, str) else set(declared)
+    return types | ({"integer"} if "number" in types else set())
+
+
+def _body_models(running: Running) -> set[type[BaseModel]]:
+    """Every request body model of every route, and the models nested in them."""
+    app = create_app(running.service)
+    found: set[type[BaseModel]] = set()
+    pending = [getattr(view, QUART_SCHEMA_REQUEST_ATTRIBUTE)[0]
+               for view in app.view_functions.values()
+               if hasattr(view, QUART_SCHEMA_REQUEST_ATTRIBUTE)]
+    while pending:
+        model = pending.pop()
+        if model in found:
+            continue
+        found.add(model)
+        for field in model.model_fields.values():
+            pending.extend(nested for nested in _annotation_types(field.annotation)
+                           if isinstance(nested, type) and issubclass(nested, BaseModel))
+    return found
+
+
+def _annotation_types(annotation: object) -> list[object]:
+    return [annotation, *(inner for argument in get_args(annotation)
+                          for inner in _annotation_types(argument))]
+
+
+async def test_every_body_model_of_every_plugin_is_strict(tmp_path: Path) -> None:
+    """A boolean field takes no 0 or "yes", an integer no true or "1", a string no number:
+    for every field of every body model, each JSON type its schema does not name fails."""
+    env = settings_env(tmp_path / "var", database_url=f"sqlite:///{tmp_path / 'flowsvc.db'}",
+                       plugins=EVERY_PLUGIN)
+    async with running_server(make_settings(env), env) as running:
+        models = _body_models(running)
+    names = {model.__name__ for model in models}
+    assert {"PublishRequest", "ClockRequest", "TokenBody", "CreateKey", "RecoverRequest",
+            "CreateProjectRequest", "ToolPriceEntry", "NonceRequest"} <= names, names
+    lax = []
+    for model in models:
+        if issubclass(model, RootModel):
+            continue  # a list of models: its items are walked
+        assert issubclass(model, Body), f"{model.__name__} is not a runtime.inputs.Body"
+        properties = model.model_json_schema()["properties"]
+        for name, schema in properties.items():
+            admitted = _json_types(schema)
+            for json_type, probes in _PROBES.items():
+                if not admitted or json_type in admitted:
+                    continue
+                for probe in probes:
+                    try:
+                        model.model_validate({name: probe})
+                    except ValidationError as exc:
+                        if any(error["loc"][:1] == (name,) for error in exc.errors()):
+                            continue
+                    lax.append(f"{model.__name__}.{name} takes {probe!r}")
+    assert not lax, lax

@@ -1,4 +1,5 @@
-"""``flowsvc serve`` as a real process: graceful SIGTERM, giving up, several workers."""
+"""``flowsvc serve`` as a real process: graceful SIGTERM, a crashing plugin contained, several
+workers."""
 
 from __future__ import annotations
 
@@ -6,15 +7,18 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import trio
 
 from tests.support.processes import run_flowsvc, serve, server_process, stop
+from tests.support.projects import eventually
 from tests.support.server import free_port, settings_env
 from tests.support.testkit_plugin import MODULE as TESTKIT
 
 CRASHING = "tests.support.crashing_plugin"
+CRASHING_CORE = "tests.support.crashing_core_plugin"
 
 
 def _env(tmp_path: Path, redis_url: str = "", plugins: list[str] | None = None,
@@ -47,18 +51,75 @@ async def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(tmp_path: P
     assert "flowsvc stopped cleanly" in output
 
 
-def test_an_actor_that_keeps_crashing_stops_the_service_with_exit_code_1(tmp_path: Path) -> None:
+async def test_a_plugin_that_keeps_crashing_is_taken_down_and_retried_not_the_service(
+        tmp_path: Path) -> None:
     env = _env(tmp_path, plugins=["auth", CRASHING],
+               FLOWSVC_SUPERVISOR_PART_MAX_RESTARTS="2",
+               FLOWSVC_SUPERVISOR_BACKOFF_INITIAL_SECONDS="0.01",
+               FLOWSVC_SUPERVISOR_PART_RETRY_SECONDS="0.5")
+    port = free_port()
+    process = serve(env, port)
+    part = f"part:{CRASHING}"
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+
+            async def retried_past_the_root_intensity() -> bool:
+                metrics = (await http.get("/metrics")).text
+                # The root allows 5 restarts within 30 s: these are more.
+                return _sample(metrics, "flowsvc_actor_restarts_total",
+                               'actor="crashing.actor"') > 5 and _sample(
+                    metrics, "flowsvc_part_failures_total", f'part="{CRASHING}"') >= 3
+
+            await eventually(retried_past_the_root_intensity, timeout=60)
+            assert process.poll() is None  # formerly the supervisor gave up: exit code 1
+
+            ready: dict[str, Any] = {}
+
+            async def listed_as_down() -> bool:
+                response = await http.get("/readyz")
+                ready.update(response.json())  # kept: the part may be retried meanwhile
+                return response.status_code == 200 and part in ready["checks"]
+
+            await eventually(listed_as_down, timeout=30)
+            assert ready["checks"][part] == {"ok": False, "error": (
+                "down: actor crashing.actor crashed: more than 2 restarts within 30 s")}
+            assert ready["status"] == "degraded"  # 200: a balancer keeps it
+            assert ready["checks"]["database"] == {"ok": True}
+            # The rest of the service serves.
+            assert (await http.get("/healthz")).status_code == 200
+            assert (await http.get("/openapi.json")).status_code == 200
+            nonce = await http.post("/auth/nonce", json={"address": "0x" + "ab" * 20})
+            assert nonce.status_code == 200, nonce.text
+        process.send_signal(signal.SIGTERM)
+        code = await trio.to_thread.run_sync(process.wait, 15)
+    finally:
+        output = stop([process])[0]
+    assert code == 0, output  # a part down is not the service's failure
+    assert f"part {CRASHING} is down: actor crashing.actor crashed" in output
+    assert f"part {CRASHING} starts again" in output
+    assert "supervisor gives up" not in output and "flowsvc stopped cleanly" in output
+
+
+def test_a_core_actor_that_keeps_crashing_stops_the_service_with_exit_code_1(
+        tmp_path: Path) -> None:
+    env = _env(tmp_path, plugins=["auth", CRASHING_CORE],
                FLOWSVC_SUPERVISOR_MAX_RESTARTS="2",
                FLOWSVC_SUPERVISOR_BACKOFF_INITIAL_SECONDS="0.01")
     code, output = run_flowsvc(env, "serve", "--bind", f"127.0.0.1:{free_port()}", timeout=60)
     assert code == 1, output
-    assert output.count("actor crashing.actor crashed") >= 3  # each crash is logged
+    assert output.count("actor crashing.core_actor crashed") >= 3  # each crash is logged
     assert "RuntimeError: crashing on purpose" in output
-    reason = "actor crashing.actor crashed: more than 2 restarts within 30 s"
+    reason = "actor crashing.core_actor crashed: more than 2 restarts within 30 s"
     assert f"supervisor gives up: {reason}" in output
     assert f"flowsvc stopped: {reason}" in output
     assert "Traceback" not in output.split("supervisor gives up")[1]  # a clean stop after
+
+
+def _sample(metrics: str, name: str, labels: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(f"{name}{{") and labels in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def test_a_wrong_plugin_setting_stops_the_start_naming_it(tmp_path: Path) -> None:

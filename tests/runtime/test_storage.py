@@ -178,3 +178,73 @@ def test_postgresql_urls_use_psycopg_3() -> None:
 def test_dialect_names_the_backend(db: Database) -> None:
     assert db.dialect in {"sqlite", "postgresql"}
     assert db.dialect == ("sqlite" if db.url.startswith("sqlite") else "postgresql")
+
+
+@pytest.fixture
+def quick_db(database_url: str) -> Iterator[Database]:
+    """Two threads and a one-second deadline."""
+    database = Database(database_url, threads=2, timeout=1.0)
+    metadata.create_all(database.engine)
+    try:
+        yield database
+    finally:
+        database.dispose()
+
+
+async def test_a_call_past_its_deadline_is_abandoned_and_its_write_rolls_back(
+        quick_db: Database) -> None:
+    release = threading.Event()
+
+    def slow_add(connection: Connection) -> None:
+        _add(connection, "late")
+        release.wait(30)  # the statement has run; the commit would come after this
+
+    began = time.monotonic()
+    with pytest.raises(Unavailable, match="did not answer within 1 s"):
+        await quick_db.write(slow_add)
+    assert time.monotonic() - began < 1 + 4  # the deadline, with a margin for a loaded machine
+    release.set()
+    with trio.fail_after(10):
+        while quick_db.stuck:  # noqa: ASYNC110 - a thread's end has no event to wait on
+            await trio.sleep(0.01)
+    assert await quick_db.read(_texts) == []
+
+
+async def test_once_abandoned_calls_hold_every_thread_calls_fail_at_once(
+        quick_db: Database) -> None:
+    release = threading.Event()
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):
+            nursery.start_soon(_expect_unavailable, quick_db, release)
+    assert quick_db.stuck == 2
+    began = time.monotonic()
+    with pytest.raises(Unavailable, match="not answering"):
+        await quick_db.read(_texts)
+    assert time.monotonic() - began < 0.5
+    release.set()
+    with trio.fail_after(10):
+        while quick_db.stuck:  # noqa: ASYNC110 - a thread's end has no event to wait on
+            await trio.sleep(0.01)
+    assert await quick_db.read(_texts) == []
+
+
+async def _expect_unavailable(database: Database, release: threading.Event) -> None:
+    with pytest.raises(Unavailable, match="did not answer"):
+        await database.read(lambda connection: release.wait(30))
+
+
+async def test_the_deadline_reaches_the_server_and_keeps_the_urls_options(
+        database_url: str) -> None:
+    database = Database(database_url, threads=1, timeout=2.5)
+    try:
+        if database.dialect == "postgresql":
+            timeout = await database.read(
+                lambda c: c.exec_driver_sql("SHOW statement_timeout").scalar())
+            assert timeout == "2500ms"
+            path = await database.read(lambda c: c.exec_driver_sql("SHOW search_path").scalar())
+            assert "options=" not in database_url or path in database_url  # the test schema
+        else:
+            busy = await database.read(lambda c: c.exec_driver_sql("PRAGMA busy_timeout").scalar())
+            assert busy == 2500
+    finally:
+        database.dispose()

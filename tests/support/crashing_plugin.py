@@ -1,7 +1,8 @@
 """A test plugin whose one actor crashes shortly after every start.
 
 Enabled by its module path (``FLOWSVC_PLUGINS_ENABLED='["tests.support.crashing_plugin"]'``)
-it makes the supervisor give up, which must stop the service cleanly with exit code 1.
+it makes the supervisor of its part give up: the part goes down and is retried later, while
+the service goes on serving.
 """
 
 from __future__ import annotations

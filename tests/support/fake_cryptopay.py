@@ -70,9 +70,12 @@ class FakeCryptoPay:
         update = {"update_id": update_id or next(self._updates), "update_type": "invoice_paid",
                   "request_date": _now(), "payload": invoice}
         body = json.dumps(update).encode()
+        return body, self.sign(body)
+
+    def sign(self, body: bytes) -> dict[str, str]:
+        """The signature header of any ``body`` (hostile ones, correctly signed)."""
         key = hashlib.sha256(self.token.encode()).digest()
-        return body, {"crypto-pay-api-signature": hmac.new(key, body,
-                                                           hashlib.sha256).hexdigest()}
+        return {"crypto-pay-api-signature": hmac.new(key, body, hashlib.sha256).hexdigest()}
 
     async def pay(self, invoice_id: int) -> httpx.Response:
         """The payer pays: the update goes to the service's callback."""

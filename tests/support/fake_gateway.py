@@ -104,10 +104,15 @@ class FakeGateway:
         event = {"id": f"evt_{secrets.token_hex(12)}", "object": "event", "type": event_type,
                  "created": int(time.time()), "data": {"object": session}}
         body = json.dumps(event).encode()
+        return body, self.sign(body, timestamp=timestamp, secret=secret)
+
+    def sign(self, body: bytes, *, timestamp: int | None = None, secret: str | None = None
+             ) -> dict[str, str]:
+        """The ``Stripe-Signature`` header of any ``body`` (hostile ones, correctly signed)."""
         moment = int(time.time()) if timestamp is None else timestamp
         v1 = hmac.new((secret or self.webhook_secret).encode(), f"{moment}.".encode() + body,
                       hashlib.sha256).hexdigest()
-        return body, {"stripe-signature": f"t={moment},v1={v1}"}
+        return {"stripe-signature": f"t={moment},v1={v1}"}
 
     async def complete(self, session_id: str, *, customer: str | None = None
                        ) -> httpx.Response:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -48,6 +49,11 @@ class PrivatePostgres:
                                      "-o", options, "-l", str(self.folder / "log"), "-w",
                                      "start"]), check=True, capture_output=True)
 
+    def processes(self) -> list[int]:
+        """The postmaster and every process it started (backends, background workers)."""
+        postmaster = int((self.folder / "data" / "postmaster.pid").read_text().split()[0])
+        return [postmaster, *_children(postmaster)]
+
     def stop(self) -> None:
         """Stop at once (``-m fast``: open connections are cut, as in a failover)."""
         subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.folder / "data"),
@@ -78,11 +84,53 @@ class PrivateRedis:
             time.sleep(0.05)
         raise RuntimeError(f"redis-server on port {self.port} did not start")
 
+    def processes(self) -> list[int]:
+        """The server's process."""
+        assert self._process is not None
+        return [self._process.pid]
+
     def stop(self) -> None:
         if self._process is not None:
             self._process.kill()
             self._process.wait()
             self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: Redis hangs, connections open, nothing answered (a stall, not a stop)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: Redis runs what it was sent meanwhile and answers."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
+
+def _children(parent: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        if int(fields[1]) == parent:
+            children.append(int(stat.parent.name))
+    return children
+
+
+@contextmanager
+def frozen(server: PrivatePostgres | PrivateRedis) -> Iterator[None]:
+    """``server`` hung: every process of it stopped (SIGSTOP) for the block, continued
+    (SIGCONT) after. Connections stay open and the kernel still accepts new ones, but
+    nothing answers: the fault a deadline is for."""
+    pids = server.processes()
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -105,7 +106,8 @@ class GrantedFeatures:
         return self.flags.get(user_id, {})
 
 
-_OPTIONAL = {"tool_result": {"error"}, "screenshot": {"caption"}, "done": {"previewUrl"}}
+_OPTIONAL = {"tool_result": {"error", "priceFlow"}, "screenshot": {"caption"},
+             "done": {"previewUrl"}}
 _REQUIRED: dict[str, dict[str, Any]] = {
     "plan": {"steps": list, "revision": int},
     "tool_call": {"tool": str, "args": object, "callId": str},
@@ -134,6 +136,8 @@ def assert_well_formed(events: list[SseEvent], first_id: int = 1) -> None:
             assert len(data["sha"]) == 40 and all(isinstance(f, str) for f in data["files"])
         if event.event == "tool_result" and "error" in data:
             assert isinstance(data["error"], str)
+        if event.event == "tool_result" and "priceFlow" in data:  # a billed call's price
+            assert re.fullmatch(r"\d+\.\d{6}", data["priceFlow"]), data
         if event.event == "done":
             assert data["finalStatus"] in ("completed", "failed", "cancelled")
 

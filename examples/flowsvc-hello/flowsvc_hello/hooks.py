@@ -9,6 +9,7 @@ plugin names ``keys`` in ``flowsvc_requires``.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,8 +89,11 @@ async def tip(name: str) -> Response:
     principal = require_user()
     if principal.key_id is None:
         raise Unauthenticated("tips are charged to an API key: call with x-api-key")
+    # Each tip request is a new tip: a token of its own (a retry of this call, if it made
+    # one, would reuse it so as to charge once).
     charged = await current_service().registry.lookup(METER_ACTOR).call(
-        Charge(key_id=principal.key_id, micro_flow=TIP_MICRO_FLOW, model=f"hello:{name}"[:64]))
+        Charge(key_id=principal.key_id, micro_flow=TIP_MICRO_FLOW, model=f"hello:{name}"[:64],
+               token=f"hello-tip:{secrets.token_hex(16)}"))
     return json_response({"tipped": name, "chargedFlow": format_flow(charged.micro_flow),
                           "periodUsedFlow": format_flow(charged.period_used)})
 

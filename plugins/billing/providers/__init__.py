@@ -11,6 +11,10 @@ A provider turns one of our invoices (an ``Order``) into something the payer can
 (``checkout``), proves that a callback really comes from it (``verify_callback``: the raw
 body is verified before it is parsed, secrets are compared in constant time and never
 logged), and, when it can, charges a saved payment method without the user (``charge``).
+A verified body is then read strictly (``callback_json``, ``read_callback``): the JSON
+limits of every request body, each field of the type the provider documents (an amount of
+cents is an integer, never ``2000.9``), amounts at most ``MAX_AMOUNT_MICRO``; anything else
+is a 400 ``invalid_request`` that changes nothing.
 A provider is built only when its settings are complete (``configured``); the others are
 not enabled. An unreachable provider (network error, timeout, 5xx) raises ``Unavailable``,
 which callers treat as an outage to wait out, never as a declined payment.
@@ -22,13 +26,22 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from decimal import Decimal
+from typing import Annotated, Any, Protocol, TypeVar
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.errors import Unavailable
+from runtime.errors import InvalidRequest, Unavailable
+from runtime.inputs import MAX_ID, parse_json_body
 
 log = logging.getLogger("flowsvc.billing.providers")
+MAX_AMOUNT_MICRO = 10**15
+"""The largest amount a callback may state: 10^9 USD, far above any price and far below
+the 2^63 of the amount columns."""
+Reference = Annotated[str, Field(min_length=1, max_length=255)]
+"""A provider's id of an event, a payment or a customer, as its columns hold it."""
+Model = TypeVar("Model", bound="CallbackModel")
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,10 @@ class Payment:
     :param paid_at: when it was paid, on chain the block's time; None: when the confirmation
         arrived, on the billing clock (what invoice expiries are judged by).
     :param customer_ref: the gateway's customer, kept for off-session renewals.
+    :param checkout_ref: a callback's: the provider's id of the checkout it was paid through
+        (``Opened.reference``); it settles only the invoice that was opened as that
+        checkout. None where we chose the invoice ourselves (an off-session charge, a
+        transfer recognised by its amount).
     """
 
     provider: str
@@ -83,6 +100,7 @@ class Payment:
     token_amount: str | None = None
     sender: str | None = None
     customer_ref: str | None = None
+    checkout_ref: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,3 +181,43 @@ def answer_json(name: str, response: httpx.Response) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise Unavailable(f"the payment provider {name} sent an answer that is not JSON")
     return body
+
+
+class CallbackModel(BaseModel):
+    """A part of a provider's callback, read strictly: a field of another JSON type than the
+    provider documents is refused, not converted. Fields it adds later are ignored."""
+
+    model_config = ConfigDict(strict=True)
+
+
+def callback_json(body: bytes) -> Any:
+    """The JSON of a verified callback body, fractions as ``Decimal``.
+
+    :raises InvalidRequest: not UTF-8 JSON within the limits of any request body (nesting,
+        NaN or Infinity, NUL characters).
+    """
+    return parse_json_body(body, parse_float=Decimal)
+
+
+def read_callback(name: str, model: type[Model], value: Any, at: str = "") -> Model:
+    """``value``, found at ``at`` in the callback (``data.object``), read as ``model``.
+
+    :raises InvalidRequest: it is not what provider ``name`` sends (details name the fields).
+    """
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        where = [at] if at else []
+        details = [{"field": ".".join([*where, *(str(part) for part in error["loc"])]) or "body",
+                    "message": error["msg"]} for error in exc.errors()[:10]]
+        raise InvalidRequest(f"the {name} callback is not one it sends",
+                             details=details) from None
+
+
+def our_invoice_id(text: str | None) -> int | None:
+    """The invoice id a provider was given at checkout, read back from its callback: ASCII
+    digits from 1 to 2^63 - 1, else None (it names no invoice of ours)."""
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    number = int(text)
+    return number if 0 < number <= MAX_ID else None

@@ -8,34 +8,59 @@ amount in USD, with ``payload`` carrying our invoice and subscription ids
 ``crypto-pay-api-signature``: the hex HMAC-SHA256 of the raw body, keyed with the SHA-256
 digest of the app token. Nothing in it is timestamped, so replays are caught by the
 update id (``billing_callbacks``) and a second payment of the same invoice by the invoice id
-(``billing_payments``). Nothing can be charged off-session: renewals are new invoices.
+(``billing_payments``). A paid invoice settles only our invoice its ``payload`` names if
+that invoice was opened as this very bot invoice, at ``amount`` exactly (a decimal string,
+read without rounding). Nothing can be charged off-session: renewals are new invoices.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from pydantic import Field
 
 from plugins.billing.errors import CallbackSignatureInvalid
 from plugins.billing.providers import (
+    MAX_AMOUNT_MICRO,
+    CallbackModel,
     ChargeDeclined,
     Confirmation,
     Opened,
     Order,
     Payment,
     answer_json,
+    callback_json,
+    our_invoice_id,
+    read_callback,
     send,
 )
 from plugins.billing.tiers import format_usd
 from runtime.errors import InvalidRequest, Unavailable
+from runtime.inputs import MAX_ID
+from runtime.wire import parse_flow
 
 SIGNATURE_HEADER = "crypto-pay-api-signature"
 TOKEN_HEADER = "Crypto-Pay-API-Token"  # noqa: S105 (a header name)
 MAX_EXPIRES_IN = 2_678_400  # the API's limit: 31 days
+
+
+class _Update(CallbackModel):
+    update_id: int = Field(ge=0, le=MAX_ID)
+    update_type: str
+    payload: Any
+
+
+class _PaidInvoice(CallbackModel):
+    """An invoice of an ``invoice_paid`` update; ``amount`` is a decimal string of USD."""
+
+    invoice_id: int = Field(ge=0, le=MAX_ID)
+    status: str
+    amount: str
+    fiat: str = "USD"
+    payload: str = ""
 
 
 def signature(token: str, body: bytes) -> str:
@@ -87,28 +112,22 @@ class CryptoBot:
             raise CallbackSignatureInvalid(f"the {SIGNATURE_HEADER} header is missing")
         if not hmac.compare_digest(signature(self._token, body).encode(), received.encode()):
             raise CallbackSignatureInvalid(f"the {SIGNATURE_HEADER} header does not match")
-        try:
-            update = json.loads(body)
-            event_id = str(int(update["update_id"]))
-            if update["update_type"] != "invoice_paid":
-                return Confirmation(event_id, None)
-            invoice = update["payload"]
-            if invoice["status"] != "paid" or invoice.get("fiat", "USD") != "USD":
-                return Confirmation(event_id, None)
-            ours = str(invoice["payload"]).split(":")[0]
-            return Confirmation(event_id, Payment(
-                provider=self.name, reference=str(int(invoice["invoice_id"])),
-                invoice_id=int(ours) if ours.isdigit() else None,
-                amount_micro=_micro(invoice["amount"])))
-        except (ValueError, KeyError, TypeError, InvalidOperation):
-            raise InvalidRequest(f"the {self.name} update is not an update it sends") from None
+        update = read_callback(self.name, _Update, callback_json(body))
+        if update.update_type != "invoice_paid":
+            return Confirmation(str(update.update_id), None)
+        invoice = read_callback(self.name, _PaidInvoice, update.payload, "payload")
+        if invoice.status != "paid" or invoice.fiat != "USD":
+            return Confirmation(str(update.update_id), None)
+        amount_micro = parse_flow(invoice.amount, "payload.amount")
+        if amount_micro > MAX_AMOUNT_MICRO:
+            raise InvalidRequest(f"the {self.name} amount is beyond any invoice of ours",
+                                 details=[{"field": "payload.amount", "message": "too large"}])
+        reference = str(invoice.invoice_id)
+        return Confirmation(str(update.update_id), Payment(
+            provider=self.name, reference=reference,
+            invoice_id=our_invoice_id(invoice.payload.split(":")[0]),
+            amount_micro=amount_micro, checkout_ref=reference))
 
     async def charge(self, order: Order, customer_ref: str) -> Payment:
         raise ChargeDeclined(f"{self.name} cannot charge off-session")
 
-
-def _micro(amount: object) -> int:
-    micro = Decimal(str(amount)) * 1_000_000
-    if micro != micro.to_integral_value() or micro < 0:
-        raise ValueError("not an amount in micro-USD")
-    return int(micro)

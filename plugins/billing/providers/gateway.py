@@ -7,7 +7,9 @@ off-session use) and answers its ``url``. The confirmation is the signed event
 ``checkout.session.async_payment_succeeded`` for delayed methods), in the header
 ``Stripe-Signature: t=<unix>,v1=<hex>[,v1=...]``: the hex HMAC-SHA256, keyed with the
 webhook secret, of ``"<t>.<raw body>"``; any ``v1`` may match and ``t`` must be within 300
-seconds of now. Renewals and upgrades charge the saved card off-session
+seconds of now. A paid session settles only the invoice its ``client_reference_id`` names
+if that invoice was opened as this very session (its ``id``), at ``amount_total`` exactly:
+an integer of cents. Renewals and upgrades charge the saved card off-session
 (``POST /v1/payment_intents`` with ``off_session=true, confirm=true``), with our invoice
 as the ``Idempotency-Key`` so that a renewal retried after a crash never charges twice.
 """
@@ -16,18 +18,26 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import time
 from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field
 
 from plugins.billing.errors import CallbackSignatureInvalid, CallbackStale
 from plugins.billing.providers import (
+    MAX_AMOUNT_MICRO,
+    CallbackModel,
     ChargeDeclined,
     Confirmation,
     Opened,
     Order,
     Payment,
+    Reference,
     answer_json,
+    callback_json,
+    our_invoice_id,
+    read_callback,
     send,
 )
 from plugins.billing.tiers import MICRO_PER_CENT
@@ -36,6 +46,26 @@ from runtime.errors import InvalidRequest, Unavailable
 SIGNATURE_HEADER = "stripe-signature"
 TOLERANCE_SECONDS = 300
 PAID_EVENTS = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
+
+
+class _EventData(CallbackModel):
+    object: dict[str, Any]
+
+
+class _Event(CallbackModel):
+    id: Reference
+    type: str
+    data: _EventData
+
+
+class _PaidSession(CallbackModel):
+    """What a paid session must carry; ``amount_total`` is whole cents."""
+
+    id: Reference
+    currency: str
+    amount_total: int = Field(ge=0, le=MAX_AMOUNT_MICRO // MICRO_PER_CENT)
+    client_reference_id: str | None = None
+    customer: Reference | None = None
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:
@@ -48,7 +78,8 @@ def _parse_header(header: str) -> tuple[int, list[str]]:
     timestamp, candidates = None, []
     for item in header.split(","):
         key, _, value = item.strip().partition("=")
-        if key == "t" and value.isascii() and value.isdigit():
+        # Unix seconds: hundreds of digits would overflow the float of the age check.
+        if key == "t" and value.isascii() and value.isdigit() and len(value) <= 12:
             timestamp = int(value)
         elif key == "v1":
             candidates.append(value.strip().lower())
@@ -97,10 +128,11 @@ class Gateway:
                               self._timeout, data=form,
                               headers=self._headers(f"flowsvc-checkout-{order.invoice_id}"))
         session = answer_json(self.name, response)
-        if response.status_code >= 300 or not isinstance(session.get("url"), str):
+        if response.status_code >= 300 or not isinstance(session.get("url"), str) \
+                or not isinstance(session.get("id"), str):
             raise Unavailable(f"{self.name} refused to open a checkout session "
                               f"(HTTP {response.status_code})")
-        return Opened(reference=str(session.get("id")), url=session["url"])
+        return Opened(reference=session["id"], url=session["url"])
 
     def verify_callback(self, headers: Mapping[str, str], body: bytes, now: float
                         ) -> Confirmation:
@@ -112,24 +144,22 @@ class Gateway:
         if abs(now - timestamp) > TOLERANCE_SECONDS:
             raise CallbackStale(f"the {SIGNATURE_HEADER} timestamp is more than "
                                 f"{TOLERANCE_SECONDS} s from now")
-        try:
-            event = json.loads(body)
-            event_id = str(event["id"])
-            session = event["data"]["object"]
-            paid = event["type"] == PAID_EVENTS[1] or (
-                event["type"] == PAID_EVENTS[0] and session.get("payment_status") == "paid")
-            if not paid:
-                return Confirmation(event_id, None)
-            if session["currency"] != "usd":
-                raise ValueError("not in USD")
-            reference = session.get("client_reference_id")
-            return Confirmation(event_id, Payment(
-                provider=self.name, reference=str(session["id"]),
-                invoice_id=int(reference) if str(reference).isdigit() else None,
-                amount_micro=int(session["amount_total"]) * MICRO_PER_CENT,
-                customer_ref=session.get("customer")))
-        except (ValueError, KeyError, TypeError):
-            raise InvalidRequest(f"the {self.name} event is not an event it sends") from None
+        event = read_callback(self.name, _Event, callback_json(body))
+        session = event.data.object
+        paid = event.type == PAID_EVENTS[1] or (
+            event.type == PAID_EVENTS[0] and session.get("payment_status") == "paid")
+        if not paid:
+            return Confirmation(event.id, None)
+        paid_session = read_callback(self.name, _PaidSession, session, "data.object")
+        if paid_session.currency != "usd":
+            raise InvalidRequest(f"the {self.name} session is not in USD",
+                                 details=[{"field": "data.object.currency",
+                                           "message": "not usd"}])
+        return Confirmation(event.id, Payment(
+            provider=self.name, reference=paid_session.id,
+            invoice_id=our_invoice_id(paid_session.client_reference_id),
+            amount_micro=paid_session.amount_total * MICRO_PER_CENT,
+            customer_ref=paid_session.customer, checkout_ref=paid_session.id))
 
     async def charge(self, order: Order, customer_ref: str) -> Payment:
         form = {"amount": str(order.amount_micro // MICRO_PER_CENT), "currency": "usd",

@@ -41,10 +41,11 @@ import trio
 from plugins.chain import alerts
 from plugins.chain.contracts import ERC20, TEMPLATES
 from plugins.chain.indexer import store
+from plugins.chain.indexer.committing import Committing
 from plugins.chain.indexer.final import FinalWork, run_final
 from plugins.chain.indexer.logs import Followed, RawLog, unique_in_order
 from plugins.chain.indexer.node import ChainNode
-from plugins.chain.indexer.store import BlockRef, Cursor, LeaseLost, Step
+from plugins.chain.indexer.store import BlockRef, Cursor, LeaseLost, Step, step_of
 from plugins.chain.logrange import Topics
 from plugins.chain.rpc_errors import RpcDeterministicError, RpcError
 from plugins.chain.settings import ChainConfig
@@ -153,6 +154,7 @@ class ChainIndexer:
                                                  self.lease_seconds)
             if cursor is not None:
                 self.renewed_at = trio.current_time()
+                self.status.indexed_hash = cursor.head.hash if cursor.head else None
                 if self.status.state != "indexing":
                     log.info("chain %s: this process indexes the chain", self.chain.name)
                     self.status.state = "indexing"
@@ -256,6 +258,21 @@ class ChainIndexer:
     # ---- history: final ranges
 
     async def history(self, first: int, last: int) -> None:
+        """Index final blocks ``first..last`` range by range. Each range's transaction runs in
+        the background while the next range is read from the node (``Committing``); ranges
+        still commit one after the other, and nothing commits after one that failed."""
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            committing = Committing(nursery, self.commit)
+            try:
+                await self.ranges(first, last, committing)
+                await committing.wait()
+            except Exception as raised:  # raised as itself, not in an exception group
+                error = raised
+        if error is not None:
+            raise error
+
+    async def ranges(self, first: int, last: int, committing: Committing) -> None:
         async with self.node.walk(self.followed.addresses(), [], first, last) as chunks:
             async for _start, end, raw in chunks:
 
@@ -267,12 +284,16 @@ class ChainIndexer:
                                                  hex(end))
                 header = await self.canonical_header(end)
                 if header is None:
+                    await committing.wait()
                     assert self.cursor.head is not None
                     await self.reorg(self.cursor.head.number)
                     return
                 work = await self.final_work(self.first_unfinal(), end)
-                await self.commit(Step(logs, [header], header, end,
-                                       partial(run_final, self.service, self.chain, work)))
+                step = step_of(self.chain.id, self.followed, logs, [header], header, end,
+                               partial(run_final, self.service, self.chain, work))
+                await committing.wait()
+                committing.start(step)
+                # The next range is checked against this one's block: the cursor it commits.
                 self.cursor = Cursor(header, end, {end: header})
                 if grew:
                     return  # the next ranges follow the new contracts too
@@ -301,7 +322,8 @@ class ChainIndexer:
         if first_final <= final_number:
             work = await self.final_work(first_final, final_number)
             on_final = partial(run_final, self.service, self.chain, work)
-        await self.commit(Step(logs, [header], header, final_number, on_final))
+        await self.commit(step_of(self.chain.id, self.followed, logs, [header], header,
+                                  final_number, on_final))
         recent = {n: block for n, block in self.cursor.recent.items() if n >= final_number}
         recent[number] = header
         self.cursor = Cursor(header, final_number, recent)
@@ -361,6 +383,7 @@ class ChainIndexer:
         self.metrics.reorg_depth.labels(self.chain.name).observe(depth)
         log.warning("chain %s: reorg: %d block(s) after %d (%s) rolled back", self.chain.name,
                     depth, stored.number, stored.hash)
+        self.status.indexed_hash = stored.hash
         self.cursor = Cursor(stored, final, {n: block for n, block in self.cursor.recent.items()
                                              if n <= stored.number})
 
@@ -419,11 +442,12 @@ class ChainIndexer:
 
     async def commit(self, step: Step) -> None:
         await self.service.db.write(store.commit_step, self.chain.id, self.owner,
-                                    self.lease_seconds, self.followed, step)
+                                    self.lease_seconds, step)
         self.renewed_at = trio.current_time()
-        self.metrics.logs.labels(self.chain.name).inc(len(step.logs))
+        self.metrics.logs.labels(self.chain.name).inc(len(step.rows))
         self.metrics.indexed_block.labels(self.chain.name).set(step.head.number)
         self.status.indexed = step.head.number
+        self.status.indexed_hash = step.head.hash
         self.status.final = step.final_number
 
 def _waitable(error: BaseException) -> bool:

@@ -34,7 +34,7 @@ Position = tuple[str, str]  # (instance, user address)
 
 
 @dataclass
-class _Deltas:
+class Deltas:
     """What a batch of logs changes, summed per row, so each row is written once."""
 
     counters: defaultdict[str, list[int]] = field(
@@ -73,11 +73,22 @@ def apply(connection: Connection, chain_id: int, followed: Followed, raw: Iterab
           sign: int) -> set[Position]:
     """Apply (``sign`` 1) or take back (-1) what ``raw`` adds; return the positions a
     take-back touched (the caller recomputes them once the logs are gone)."""
-    deltas = _Deltas()
+    return write(connection, chain_id, deltas_of(followed, raw, sign))
+
+
+def deltas_of(followed: Followed, raw: Iterable[RawLog], sign: int) -> Deltas:
+    """What ``raw`` adds (``sign`` 1) or takes back (-1), summed per row: no database work,
+    so the indexer sums a range while the range before it is being written."""
+    deltas = Deltas()
     for log in raw:
         instance, role = followed.by_address.get(log.address, (None, ""))
         if instance is not None and log.event is not None:
             deltas.add(instance, role, log.event, sign)
+    return deltas
+
+
+def write(connection: Connection, chain_id: int, deltas: Deltas) -> set[Position]:
+    """Write ``deltas``, each row once; return the positions a take-back touched."""
     for instance, (tree_positions, fees_usdt, gwt_minted) in deltas.counters.items():
         _add_counter(connection, chain_id, instance, tree_positions=tree_positions,
                      fees_usdt=fees_usdt, gwt_minted=gwt_minted)

@@ -14,11 +14,14 @@ from functools import cached_property
 from typing import Any
 
 from plugins.chain.abi import AbiDecodeError
-from plugins.chain.contracts import DecodedEvent, decode_log
+from plugins.chain.contracts import DecodedEvent, decode_fields
 
 ROLE_FACTORY = "factory"
 ROLE_PROTOCOL = "protocol"
 ROLE_TREE = "tree"
+HASH_LENGTH = 66  # "0x" and 32 bytes in hex
+LOG_COLUMNS = ("chain_id", "block_hash", "log_index", "block_number", "tx_hash", "address",
+               "instance", "event", "account", "topics", "data")  # of ``chain_logs``
 
 
 @dataclass(frozen=True)
@@ -52,19 +55,17 @@ class RawLog:
     def order(self) -> tuple[int, int]:
         return self.block_number, self.log_index
 
-    def rpc(self) -> dict[str, Any]:
-        """The log in JSON-RPC's shape again (what ``decode_log`` reads)."""
-        return {"blockNumber": hex(self.block_number), "blockHash": self.block_hash,
-                "logIndex": hex(self.log_index), "transactionHash": self.tx_hash,
-                "address": self.address, "topics": list(self.topics), "data": self.data}
-
     @cached_property
     def event(self) -> DecodedEvent | None:
         """The event of an indexed interface, or None for a log that is none of them (a
         contract may emit events we do not read). Decoded once: decoding is most of what a
         log costs the indexer."""
+        if len(self.block_hash) != HASH_LENGTH or len(self.tx_hash) != HASH_LENGTH:
+            return None
         try:
-            return decode_log(self.rpc())
+            return decode_fields(self.address, self.topics, self.data,
+                                 block_number=self.block_number, block_hash=self.block_hash,
+                                 transaction_hash=self.tx_hash, log_index=self.log_index)
         except AbiDecodeError:
             return None
 
@@ -72,12 +73,11 @@ class RawLog:
         """The first indexed argument read as an address (lowercase), if there is one."""
         return "0x" + self.topics[1][-40:] if len(self.topics) > 1 else None
 
-    def row(self, chain_id: int, instance: str | None, event: str) -> dict[str, Any]:
-        return {"chain_id": chain_id, "block_hash": self.block_hash,
-                "log_index": self.log_index, "block_number": self.block_number,
-                "tx_hash": self.tx_hash, "address": self.address, "instance": instance,
-                "event": event, "account": self.account(), "topics": json.dumps(self.topics),
-                "data": self.data}
+    def row(self, chain_id: int, instance: str | None, event: str) -> tuple[object, ...]:
+        """The log's row of ``chain_logs``, in ``LOG_COLUMNS`` order."""
+        return (chain_id, self.block_hash, self.log_index, self.block_number, self.tx_hash,
+                self.address, instance, event, self.account(), json.dumps(self.topics),
+                self.data)
 
     @classmethod
     def from_row(cls, row: Any) -> RawLog:

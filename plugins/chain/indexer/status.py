@@ -18,5 +18,6 @@ class IndexerStatus:
     waiting: str | None = None
     head: int | None = None
     indexed: int | None = None
+    indexed_hash: str | None = None  # of the block the database holds as indexed, once known
     final: int | None = None
     unreadable: dict[str, str] = field(default_factory=dict)

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from plugins.chain.indexer import derive
-from plugins.chain.indexer.logs import Followed, RawLog
+from plugins.chain.indexer.logs import LOG_COLUMNS, Followed, RawLog
 from plugins.chain.tables import blocks, cursors, logs, tokens, unreadable_tokens
 from runtime.errors import Unavailable
 from runtime.wire import utcnow
@@ -99,29 +99,40 @@ def hold_lease(connection: Connection, chain_id: int, owner: str, seconds: float
 @dataclass(frozen=True)
 class Step:
     """What one indexer transaction commits: the followed logs of the blocks it indexed (in
-    order), the blocks it keeps as not yet final, the new head and final number, and the
-    work of the blocks that became final (run inside the same transaction)."""
+    order) as ``chain_logs`` rows and as the deltas they add, the blocks it keeps as not yet
+    final, the new head and final number, and the work of the blocks that became final (run
+    inside the same transaction). Made by ``step_of`` outside the database thread."""
 
-    logs: list[RawLog]
+    rows: list[tuple[object, ...]]
+    deltas: derive.Deltas
     blocks: list[BlockRef]
     head: BlockRef
     final_number: int
     on_final: Callable[[Connection], None] | None = None
 
 
+def step_of(chain_id: int, followed: Followed, logs: Sequence[RawLog], blocks: list[BlockRef],
+            head: BlockRef, final_number: int,
+            on_final: Callable[[Connection], None] | None = None) -> Step:
+    """The step storing ``logs`` (decoded and summed here: the CPU work of a step, done
+    while the database thread writes the step before)."""
+    rows = [log.row(chain_id, followed.instance_of(log.address), _event_name(log))
+            for log in logs]
+    return Step(rows, derive.deltas_of(followed, logs, 1), blocks, head, final_number,
+                on_final)
+
+
 def commit_step(connection: Connection, chain_id: int, owner: str, lease_seconds: float,
-                followed: Followed, step: Step) -> None:
+                step: Step) -> None:
     """Store a step: its raw logs and their deltas, its blocks, the cursor; then the final
     work, and forget the blocks below the final one.
 
     :raises LeaseLost: another process holds the chain (everything rolls back).
     """
     hold_lease(connection, chain_id, owner, lease_seconds)
-    if step.logs:
-        connection.execute(insert(logs), [
-            log.row(chain_id, followed.instance_of(log.address), _event_name(log))
-            for log in step.logs])
-        derive.apply(connection, chain_id, followed, step.logs, 1)
+    if step.rows:
+        insert_logs(connection, step.rows)
+        derive.write(connection, chain_id, step.deltas)
     if step.blocks:
         connection.execute(insert(blocks), [
             {"chain_id": chain_id, "number": block.number, "hash": block.hash,
@@ -133,6 +144,24 @@ def commit_step(connection: Connection, chain_id: int, owner: str, lease_seconds
         step.on_final(connection)
     connection.execute(delete(blocks).where(blocks.c.chain_id == chain_id,
                                             blocks.c.number < step.final_number))
+
+
+def insert_logs(connection: Connection, rows: Sequence[tuple[object, ...]]) -> None:
+    """Insert ``rows`` (``RawLog.row``'s, in ``LOG_COLUMNS`` order) in one statement: ``COPY``
+    on PostgreSQL, the driver's ``executemany`` on SQLite. SQLAlchemy's own per-row handling
+    of a many-row insert cost more than the insert itself (``docs/performance.md``)."""
+    columns = ", ".join(LOG_COLUMNS)
+    if connection.dialect.name == "postgresql":
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        with driver.cursor() as cursor, cursor.copy(
+                f"COPY {logs.name} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        return
+    marks = ", ".join("?" * len(LOG_COLUMNS))
+    connection.exec_driver_sql(f"INSERT INTO {logs.name} ({columns}) VALUES ({marks})",
+                               list(rows))
 
 
 def roll_back(connection: Connection, chain_id: int, owner: str, lease_seconds: float,

@@ -11,11 +11,19 @@ tree walk are then sent pinned to that block number, so a whole answer sees one 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from plugins.chain.abi import AbiDecodeError, Interface, hex_bytes
+from plugins.chain.abi import (
+    WORD,
+    AbiDecodeError,
+    Interface,
+    WordReader,
+    hex_bytes,
+    read_words,
+    word_reader,
+)
 from plugins.chain.rpc import RpcPool
 from plugins.chain.views import Call3, View, aggregate3_call_data
 
@@ -37,43 +45,10 @@ BLOCK_TIMESTAMP = View(_MULTICALL3_CLOCK.functions["getCurrentBlockTimestamp"],
 MAX_CALLS_PER_AGGREGATE = 1000
 
 
-# Every answer of a request is decoded on the request's path, and eth_abi's generic codec
-# costs tens of microseconds a value: the answers made only of 32-byte words (uints, bools,
-# addresses) and the aggregate3 envelope are read by hand below, with the same checks
-# (tests/plugins/chain/test_onchain_codec.py compares both with eth_abi).
-_WORD = 32
-
-
-def _word_reader(kind: str) -> Callable[[bytes], Any] | None:
-    """How to read one static ABI value of ``kind`` from its word, or None for another kind."""
-    if kind == "bool":
-        return _bool_word
-    if kind == "address":
-        return _address_word
-    if kind.startswith("uint") and kind[4:].isdigit():
-        bits = int(kind[4:])
-        return lambda word: _uint_word(word, bits)
-    return None
-
-
-def _uint_word(word: bytes, bits: int) -> int:
-    value = int.from_bytes(word, "big")
-    if value >> bits:
-        raise AbiDecodeError(f"uint{bits} out of range: {value}")
-    return value
-
-
-def _bool_word(word: bytes) -> bool:
-    value = int.from_bytes(word, "big")
-    if value > 1:
-        raise AbiDecodeError(f"a bool must be 0 or 1, got {value}")
-    return value == 1
-
-
-def _address_word(word: bytes) -> str:
-    if any(word[:12]):
-        raise AbiDecodeError("an address word with non-zero padding")
-    return "0x" + word[12:].hex()
+# Every answer of a request is decoded on the request's path: the answers made only of
+# 32-byte words (uints, bools, addresses) are read by ``abi.read_words`` and the aggregate3
+# envelope by hand below, with eth_abi's checks (tests/plugins/chain/test_onchain_codec.py
+# compares both with eth_abi).
 
 
 @dataclass(frozen=True)
@@ -82,18 +57,14 @@ class Slot(Generic[T]):
 
     index: int
     view: View[T]
-    words: tuple[Callable[[bytes], Any], ...] | None  # the readers of an all-word answer
+    words: tuple[WordReader, ...] | None  # the readers of an all-word answer
 
     def of(self, answers: Answers) -> T:
         """The decoded answer. Raises ``AbiDecodeError`` (no code at the target, say)."""
         data = answers.data[self.index]
         if self.words is None:
             return self.view.decode(data)
-        if len(data) < _WORD * len(self.words):
-            raise AbiDecodeError(f"{self.view.function.name}: {len(data)} bytes, expected "
-                                 f"{_WORD * len(self.words)}")
-        return self.view.convert(tuple(read(data[_WORD * at:_WORD * (at + 1)])
-                                       for at, read in enumerate(self.words)))
+        return self.view.convert(read_words(self.words, data, self.view.function.name))
 
 
 @dataclass(frozen=True)
@@ -123,7 +94,7 @@ class Batch:
         """Add ``view(*args)`` on ``target``; its answer is read with the returned slot."""
         self.calls.append(view.call3(target, *args, allow_failure=False))
         self._data = None
-        readers = [_word_reader(output["type"]) for output in view.function.abi["outputs"]]
+        readers = [word_reader(output["type"]) for output in view.function.abi["outputs"]]
         words = None if None in readers else tuple(
             reader for reader in readers if reader is not None)
         return Slot(len(self.calls) - 1, view, words)
@@ -140,9 +111,9 @@ class Batch:
         data = split_aggregate3(hex_bytes(result))
         if len(data) != len(self.calls):
             raise AbiDecodeError(f"{len(self.calls)} calls, {len(data)} answers")
-        if len(data[0]) != _WORD or len(data[1]) != _WORD:
+        if len(data[0]) != WORD or len(data[1]) != WORD:
             raise AbiDecodeError("Multicall3 did not answer its block number and time")
-        return Answers(_uint_word(data[0], 256), _uint_word(data[1], 256), data)
+        return Answers(int.from_bytes(data[0], "big"), int.from_bytes(data[1], "big"), data)
 
     async def send(self, pool: RpcPool, *, block: int | None, deadline: float) -> Answers:
         """Send the batch as one ``eth_call`` at ``block`` (``latest`` when None).
@@ -160,23 +131,23 @@ def split_aggregate3(data: bytes) -> list[bytes]:
     :raises AbiDecodeError: offsets or lengths that point outside ``data``, a failed call.
     """
     def word(at: int) -> int:
-        if at < 0 or at + _WORD > len(data):
+        if at < 0 or at + WORD > len(data):
             raise AbiDecodeError(f"aggregate3 answer: word at {at} of {len(data)} bytes")
-        return int.from_bytes(data[at:at + _WORD], "big")
+        return int.from_bytes(data[at:at + WORD], "big")
 
     array = word(0)
     count = word(array)
-    heads = array + _WORD
+    heads = array + WORD
     returned = []
     for index in range(count):
-        item = heads + word(heads + _WORD * index)
+        item = heads + word(heads + WORD * index)
         if word(item) != 1:
             raise AbiDecodeError(f"aggregate3 answer: call {index} failed")
-        start = item + word(item + _WORD)
+        start = item + word(item + WORD)
         length = word(start)
-        if start + _WORD + length > len(data):
+        if start + WORD + length > len(data):
             raise AbiDecodeError(f"aggregate3 answer: call {index} overruns the data")
-        returned.append(data[start + _WORD:start + _WORD + length])
+        returned.append(data[start + WORD:start + WORD + length])
     return returned
 
 

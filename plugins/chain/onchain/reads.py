@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import trio
-from sqlalchemy import Connection
 
-from plugins.chain.indexed import LEVELS, indexed_head
-from plugins.chain.onchain.indexed_logs import Children, tree_children
+from plugins.chain.indexed import LEVELS
+from plugins.chain.onchain.figures import IndexedFigures
 from plugins.chain.onchain.multicall import MAX_CALLS_PER_AGGREGATE, Answers, Batch, send_all
 from plugins.chain.rpc import RpcPool
 from plugins.chain.views import (
@@ -209,20 +208,7 @@ class ChainReads:
         field(default_factory=OrderedDict))
     heads: dict[int, int] = field(default_factory=dict)
     pairs: dict[tuple[int, str], str] = field(default_factory=dict)
-    trees: dict[tuple[int, str], tuple[str, Children]] = field(default_factory=dict)
-
-    def children(self, connection: Connection, chain_id: int, instance: str) -> Children:
-        """The indexed tree of ``instance`` (see ``indexed_logs.tree_children``), rebuilt
-        only when the indexer has moved to another block. Runs in the database thread."""
-        head = indexed_head(connection, chain_id)
-        if head is None:
-            return {}
-        key = (chain_id, instance.lower())
-        kept = self.trees.get(key)
-        if kept is None or kept[0] != head.hash:
-            kept = (head.hash, tree_children(connection, chain_id, instance))
-            self.trees[key] = kept
-        return kept[1]
+    figures: IndexedFigures = field(default_factory=IndexedFigures)
 
     async def ecosystem(self, chain: Chain, instance: str) -> Ecosystem:
         """The parts of dpnm ``instance`` (read once, then kept: they are immutable).

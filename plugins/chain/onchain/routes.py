@@ -22,7 +22,6 @@ import trio
 from pydantic import RootModel
 from quart import Blueprint, Response
 from quart_schema import document_querystring, document_response, validate_querystring
-from sqlalchemy import Connection
 
 from plugins.chain.abi import AbiDecodeError
 from plugins.chain.indexed import (
@@ -40,7 +39,7 @@ from plugins.chain.onchain.errors import (
     TokenNotIndexed,
     TokenUnreadable,
 )
-from plugins.chain.onchain.indexed_logs import bonding_of, subtree_by_level
+from plugins.chain.onchain.indexed_logs import bonding_of
 from plugins.chain.onchain.models import (
     ChainQuery,
     DpnmOnchain,
@@ -158,15 +157,6 @@ async def _read_one(chain: Chain, read: Callable[[Chain], Awaitable[T]]) -> T:
 # ---- GET /me/flow-onchain
 
 
-def _indexed_for(connection: Connection, reads: ChainReads, chains: Sequence[Chain],
-                 address: str) -> dict[int, tuple[list[int], list[int]]]:
-    """Per chain: (earned by level, subtree by level) from the indexer."""
-    return {chain.id: (
-        earned_by_level(connection, chain.id, chain.flow_instance, address),
-        subtree_by_level(reads.children(connection, chain.id, chain.flow_instance), address))
-        for chain in chains}
-
-
 def _flow_entry(chain: Chain, position: FlowPosition, earned: list[int],
                 subtree: list[int]) -> dict[str, Any]:
     state = position.state
@@ -205,7 +195,9 @@ async def flow_onchain(query_args: ChainQuery) -> Response:
                                   f"{query_args.chainId}")
     listed = [chain for chain in chains if chain.id in positions
               and (query_args.chainId is not None or positions[chain.id].has_activity)]
-    indexed = await service.db.read(_indexed_for, reads, listed, address)
+    indexed = await reads.figures.of(service.db, service.state(CHAIN).indexers,
+                                     [(chain.id, chain.flow_instance) for chain in listed],
+                                     address)
     return json_response({
         "address": address,
         "chains": [_flow_entry(chain, positions[chain.id], *indexed[chain.id])

@@ -24,6 +24,7 @@ from plugins.projects.engine.model_backends import (
 )
 from runtime.agents import AgentTemplate, Tool, ToolContext, ToolResult
 from runtime.contracts.runs import BeforeToolCall
+from runtime.wire import format_flow
 
 logger = logging.getLogger(__name__)
 
@@ -99,9 +100,14 @@ class _Run:
         call_id = f"call-{self.calls_made}"
         tool = self.tools.get(request.name)
         args, args_error = _parse_arguments(request.arguments)
-        if tool is not None and args_error is None and self.before_tool_call is not None:
+        if tool is not None and args is not None:
+            args_error = arguments_error(tool.parameters, args)
+            if args_error is not None:
+                args = None
+        price: int | None = None
+        if tool is not None and args is not None and self.before_tool_call is not None:
             try:
-                await self.before_tool_call(request.name)
+                price = await self.before_tool_call(request.name, call_id)
             except Exception as exc:
                 return f"tool call {request.name!r} was refused: {str(exc) or type(exc).__name__}"
         await self.emit("tool_call", {"tool": request.name,
@@ -114,7 +120,7 @@ class _Run:
             result = ToolResult(error=args_error)
         else:
             result = await self._run_tool(tool, args)
-        await self._report(call_id, result)
+        await self._report(call_id, result, price)
         self.conversation.append(ConversationMessage(
             "tool", _result_text(result), call_id=request.id))
         return None
@@ -128,8 +134,10 @@ class _Run:
             logger.exception("tool %s raised", tool.name)
             return ToolResult(error=f"tool {tool.name!r} failed: {type(exc).__name__}")
 
-    async def _report(self, call_id: str, result: ToolResult) -> None:
+    async def _report(self, call_id: str, result: ToolResult, price: int | None) -> None:
         data: dict[str, Any] = {"callId": call_id, "result": result.result}
+        if price is not None:
+            data["priceFlow"] = format_flow(price)
         if result.error is not None:
             data["error"] = result.error
         await self.emit("tool_result", data)
@@ -176,9 +184,11 @@ async def run_agent(
     Emits ``plan`` (before anything else the model did), then per turn ``message``
     (when the model said something) and, per call, ``tool_call`` then ``tool_result``,
     followed by ``commit`` or ``screenshot`` when the tool made one. A call of an
-    unknown tool or with malformed arguments gets an error result and the run goes on.
-    ``before_tool_call(tool_name)`` is awaited before each call that will run; if it
-    raises, the run stops.
+    unknown tool or with arguments that do not fit the tool's schema gets an error result
+    and the run goes on; it never reaches ``before_tool_call``.
+    ``before_tool_call(tool_name, call_id)`` is awaited before each call that will start
+    (whatever its outcome then); if it raises, the run stops. The price it returns is
+    ``priceFlow`` of the call's ``tool_result``.
 
     :return: ``completed`` when the model finished; ``failed`` with the reason (also
         emitted as ``error`` with ``recoverable: false``) when the backend failed, a
@@ -203,3 +213,33 @@ async def run_agent(
             if refusal is not None:
                 return await run.fail(refusal)
     return await run.fail(f"the agent did not finish within {max_turns} turns")
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "object": (dict,), "array": (list,), "null": (type(None),)}
+
+
+def arguments_error(schema: Mapping[str, Any], args: dict[str, Any]) -> str | None:
+    """Why ``args`` do not fit a tool's object ``schema``, or None when they do.
+
+    The checks a call must pass before its tool starts (and is charged): required
+    properties, no unknown ones when ``additionalProperties`` is false, and each known
+    property's JSON type. Deeper rules are the tool's to report.
+    """
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    missing = [name for name in schema.get("required") or [] if name not in args]
+    if missing:
+        return f"argument {missing[0]!r} is required"
+    if schema.get("additionalProperties") is False:
+        unknown = sorted(name for name in args if name not in properties)
+        if unknown:
+            return f"unknown argument {unknown[0]!r}"
+    for name, value in args.items():
+        expected = properties.get(name, {}).get("type")
+        types = _JSON_TYPES.get(expected) if isinstance(expected, str) else None
+        if types is None:
+            continue
+        if isinstance(value, bool) and expected != "boolean" or not isinstance(value, types):
+            return f"argument {name!r} must be of type {expected}"
+    return None

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from sqlalchemy import Connection
 
-from plugins.projects.engine.run_rows import RunRecord, end_run
+from plugins.projects.engine.run_rows import RunRecord, end_run, get_run
 from plugins.projects.records.projects import get_project_by_id, set_project_status
 from runtime.events import EventType
 from runtime.service import Service
@@ -86,3 +86,19 @@ def record_end(service: Service, connection: Connection, run_id: str,
                            data={"slug": project.slug, "reason": ending.reason,
                                  "run_id": run.id})
     return Ended(run, project.slug, url, preview)
+
+
+def recorded_end(service: Service, connection: Connection, run_id: str,
+                 ending: RunEnding) -> Ended | None:
+    """The end ``record_end`` recorded for ``ending`` in a transaction whose outcome the
+    caller could not know, read back without recording anything; None if the run has not
+    ended."""
+    run = get_run(connection, run_id)
+    if run is None or run.ended_at is None:
+        return None
+    project = get_project_by_id(connection, run.project_id) if run.project_id else None
+    if project is None or project.last_run_id != run.id:
+        return Ended(run)
+    public_url = service.settings.service.public_url
+    return Ended(run, project.slug, artifact_url(public_url, project.slug, ending.sha),
+                 preview_url(public_url, project.slug))

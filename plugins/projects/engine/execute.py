@@ -42,9 +42,11 @@ def make_backend(settings: ProjectsSettings, request: RunRequest) -> ModelBacken
 
 
 def offered_tools(service: Service, settings: ProjectsSettings) -> dict[str, Tool]:
-    """The allowed tools a run is offered (``run_command`` only when commands are enabled)."""
+    """The allowed tools a run is offered: those the sandbox can serve here
+    (``Tool.needs``), and ``run_command`` only when commands are enabled."""
     return {name: tool for name, tool in service.tools.items()
-            if name != "run_command" or settings.allow_commands}
+            if (name != "run_command" or settings.allow_commands)
+            and (tool.needs is None or service.sandbox.offers(tool.needs))}
 
 
 def publisher_for(service: Service, settings: ProjectsSettings, stream: str, run_id: str,
@@ -65,7 +67,8 @@ async def _drive(service: Service, settings: ProjectsSettings, job: Job,
                     workspace=request.workspace, allow_commands=settings.allow_commands,
                     command_timeout=settings.command_timeout_seconds,
                     public_base_url=service.settings.service.public_url,
-                    project_slug=str(request.project.get("slug", "")))
+                    project_slug=str(request.project.get("slug", "")),
+                    sandbox=service.sandbox)
                 outcome = await run_agent(
                     template=request.template, brief=request.brief,
                     backend=make_backend(settings, request),

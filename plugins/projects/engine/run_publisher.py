@@ -8,7 +8,11 @@ is therefore never seen before it is durable, and a restart loses none that anyo
 
 A database outage (``runtime.errors.is_outage``) pauses the run rather than failing it:
 events stay queued, in order, and the commit is retried with backoff (``runtime.backoff``)
-until the database is back; once ``_MAX_QUEUED`` events wait, the agent waits too. A Redis
+until the database is back; once ``_MAX_QUEUED`` events wait, the agent waits too. A
+commit that failed may still have committed (the connection broke during ``COMMIT``), so
+the retry first looks for the run's events past the last ones it knows were committed:
+if they are there, that batch (and the run's end with it) committed, and it is fanned out
+instead of written again. The stream never holds an event twice. A Redis
 outage does not stop the run either: the events are committed and delivered to this
 process's subscribers; the Redis mirror misses them (``live.event_log``).
 """
@@ -21,7 +25,7 @@ from typing import Any
 import trio
 from sqlalchemy import Connection
 
-from plugins.projects.engine.ending import Ended, RunEnding, record_end
+from plugins.projects.engine.ending import Ended, RunEnding, record_end, recorded_end
 from plugins.projects.live import event_log
 from plugins.projects.live.event_log import StreamEvent
 from plugins.projects.live.hub import deliver_local
@@ -59,6 +63,10 @@ class RunPublisher:
         self._lock = trio.Lock()
         self.last_commit_sha: str | None = None
         self.error_emitted = False
+        self._last_seq = 0  # the number of this run's newest event known to be committed
+        # A failed commit that may have committed all the same: how many queued events
+        # it held, and whether it held the run's end.
+        self._unsure: tuple[int, bool] | None = None
 
     async def emit(self, name: str, data: dict[str, Any]) -> None:
         """Queue an event of the spec's Project stream (the agent loop's ``emit``)."""
@@ -90,31 +98,39 @@ class RunPublisher:
             backoff = Backoff()
             while True:
                 batch = list(self._queued)
-                taken = len(batch)
                 items = [(name, event_log.encode_data(data)) for name, data in batch]
                 try:
                     # A commit under way finishes even if the run is being cancelled, so
                     # that what was committed is also fanned out (no hole in the stream).
                     with trio.CancelScope(shield=True):
-                        events, ended = await self._service.db.write(self._commit, items,
-                                                                     ending)
+                        events, ended, replayed = await self._service.db.write(
+                            self._commit, items, ending, self._unsure)
                 except _AlreadyEnded:
-                    del self._queued[:taken]
+                    del self._queued[:len(batch)]
                     log.warning("run %s had already ended; %d events dropped", self._run_id,
                                 len(items))
                     return None
                 except Exception as exc:
                     if not is_outage(exc):
                         raise
+                    self._unsure = (len(self._queued), ending is not None)
                     # The events stay queued: waiting here (cancellable) loses none.
                     delay = backoff.next_delay()
                     log.warning("run %s: %d events wait for the database (%s); retrying in "
                                 "%.1f s", self._run_id, len(items), outage_cause(exc), delay)
                     await trio.sleep(delay)
                     continue
+                with_end = ending is not None if replayed is None else replayed[1]
+                taken = len(batch) if replayed is None else replayed[0]
+                committed = self._queued[:taken]
                 del self._queued[:taken]
+                self._unsure = None
+                if events:
+                    self._last_seq = events[-1].seq
                 with trio.CancelScope(shield=True), trio.move_on_after(_FAN_OUT_SECONDS):
-                    await self._fan_out(events, batch, ended)
+                    await self._fan_out(events, committed, ended)
+                if replayed and (self._queued or (ending is not None and not with_end)):
+                    continue  # the failed attempt committed part of this flush: the rest now
                 return ended
 
     async def finish(self, ending: RunEnding) -> Ended | None:
@@ -122,7 +138,18 @@ class RunPublisher:
         return await self.flush(ending)
 
     def _commit(self, connection: Connection, items: list[tuple[str, str]],
-                ending: RunEnding | None) -> tuple[list[StreamEvent], Ended | None]:
+                ending: RunEnding | None, unsure: tuple[int, bool] | None
+                ) -> tuple[list[StreamEvent], Ended | None, tuple[int, bool] | None]:
+        """Store ``items`` (and the end); or, when the failed attempt ``unsure`` did commit,
+        nothing: its events are returned, with ``unsure`` (how many queued events it held
+        and whether it held the end) as the third value, None otherwise."""
+        if unsure is not None:
+            written = event_log.run_events_after(connection, self._stream, self._run_id,
+                                                 self._last_seq)
+            if written:  # one transaction: all of that attempt committed
+                ended = recorded_end(self._service, connection, self._run_id, ending) \
+                    if unsure[1] and ending is not None else None
+                return written, ended, unsure
         ended = None
         if ending is not None:
             ended = record_end(self._service, connection, self._run_id, ending)
@@ -133,7 +160,7 @@ class RunPublisher:
             items = [*items, ("done", event_log.encode_data(ended.done_data()))]
         events = event_log.append_events(connection, self._stream, self._run_id, items,
                                         self._keep)
-        return events, ended
+        return events, ended, None
 
     async def _fan_out(self, events: list[StreamEvent], batch: list[tuple[str, dict[str, Any]]],
                        ended: Ended | None) -> None:

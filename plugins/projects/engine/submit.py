@@ -39,7 +39,7 @@ class RunRequest:
     :param stream: the event stream it publishes to (``project-<id>`` for a project).
     :param project: ``title`` and ``slug`` shown to offline plans and tools (screenshot URLs).
     :param project_id: the project whose status follows the run, if any.
-    :param before_tool_call: awaited with the tool name before each call; raising stops
+    :param before_tool_call: ``runtime.contracts.runs.BeforeToolCall``; raising stops
         the run (``failed``) - the marketplace charges per call here.
     :param key_id: the API key the run is charged to, recorded on the run.
     :param backend: the model backend; default: the one ``[plugins.projects]`` configures.

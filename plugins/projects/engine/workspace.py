@@ -1,9 +1,12 @@
 """One project's git workspace: safe file access, real commits and archives.
 
-Every project owns one directory that is its own git repository. Agent tools reach
-files only through :class:`Workspace`, which refuses any path that could land outside
-that directory, and git always runs as a subprocess through ``trio.run_process`` so the
-trio thread never blocks.
+Every project owns one work tree with its own git repository. The git directory lies
+outside the work tree (``<work tree>.git``), so the sandboxed commands, which see only
+the work tree, can never write hooks or config that the service's git would run; a
+``.git`` an agent creates in its work tree is never the one used. Agent tools reach files
+only through :class:`Workspace`, which refuses any path that could land outside the work
+tree, and git always runs as a subprocess through ``trio.run_process`` so the trio
+thread never blocks.
 """
 
 from __future__ import annotations
@@ -23,14 +26,25 @@ _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 GIT_USER_EMAIL = "agent@flowsvc.invalid"
 
 # Agent-written content must never execute on commit, and a host's global or system
-# git config (signing, hooks, templates) must not change what a commit does.
+# git config (signing, hooks, templates, attributes) must not change what a commit does.
 _GIT_ENV_OVERRIDES = {
     "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_ATTR_NOSYSTEM": "1",
     "GIT_TERMINAL_PROMPT": "0",
     "LC_ALL": "C",
 }
-_GIT_SAFETY_OPTIONS = ("-c", f"core.hooksPath={os.devnull}", "-c", "commit.gpgsign=false")
+_GIT_SAFETY_OPTIONS = ("-c", f"core.hooksPath={os.devnull}", "-c", "commit.gpgsign=false",
+                       "-c", "core.fsmonitor=false", "-c", f"core.attributesFile={os.devnull}")
+# The whole config of a repository moved out of an old in-tree ``.git``: whatever an
+# earlier unsandboxed command wrote there (filters, fsmonitor) is dropped.
+_FRESH_CONFIG = ("[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+                 f"[user]\n\tname = {GIT_USER_NAME}\n\temail = {GIT_USER_EMAIL}\n")
+
+
+def git_dir_of(work_tree: Path) -> Path:
+    """Where the git directory of ``work_tree`` lives: beside it, never inside it."""
+    return work_tree.with_name(work_tree.name + ".git")
 
 
 class WorkspaceError(Exception):
@@ -51,16 +65,29 @@ class Workspace:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.git_dir = git_dir_of(self.root)
 
     async def ensure_repository(self) -> None:
-        """Create the directory and initialise the repository if that has not happened yet.
+        """Create the work tree and initialise the repository if that has not happened yet.
+
+        A repository of the old layout (``.git`` inside the work tree) is moved out, with
+        a fresh config.
 
         :raises WorkspaceError: when git cannot initialise the repository.
         """
-        if await trio.Path(self.root / ".git").is_dir():
-            return
         await trio.Path(self.root).mkdir(parents=True, exist_ok=True)
+        if await trio.Path(self.git_dir).is_dir():
+            return
+        in_tree = trio.Path(self.root / ".git")
+        if await in_tree.is_dir() and not await in_tree.is_symlink():
+            await in_tree.rename(self.git_dir)
+            await trio.Path(self.git_dir / "config").write_text(_FRESH_CONFIG)
+            # Other repositories' object stores an unsandboxed command may have linked in.
+            await trio.Path(self.git_dir / "objects" / "info" / "alternates").unlink(
+                missing_ok=True)
+            return
         await self._git("init", "--quiet", "--initial-branch=main")
+        await self._git("config", "core.bare", "false")
         await self._git("config", "user.name", GIT_USER_NAME)
         await self._git("config", "user.email", GIT_USER_EMAIL)
 
@@ -92,8 +119,9 @@ class Workspace:
             raise WorkspaceError(f"path {relative_path!r} names the workspace itself, not a file")
         return candidate
 
-    async def write_file(self, relative_path: str, content: str) -> int:
-        """Write ``content`` (UTF-8) to ``relative_path``, creating parent directories.
+    async def write_file(self, relative_path: str, content: str | bytes) -> int:
+        """Write ``content`` (text as UTF-8) to ``relative_path``, creating parent
+        directories.
 
         :return: the number of bytes written.
         :raises WorkspaceError: when the path is refused or names a directory.
@@ -103,7 +131,7 @@ class Workspace:
         if await target.is_dir():
             raise WorkspaceError(f"path {relative_path!r} is a directory")
         await target.parent.mkdir(parents=True, exist_ok=True)
-        data = content.encode("utf-8")
+        data = content.encode("utf-8") if isinstance(content, str) else content
         await target.write_bytes(data)
         return len(data)
 
@@ -186,7 +214,7 @@ class Workspace:
 
     async def head(self) -> str | None:
         """The sha of the last commit, or None before the first one (or before ``git init``)."""
-        if not await trio.Path(self.root / ".git").is_dir() or not await self._has_commits():
+        if not await trio.Path(self.git_dir).is_dir() or not await self._has_commits():
             return None
         return (await self._git("rev-parse", "HEAD")).strip()
 
@@ -209,7 +237,8 @@ class Workspace:
         self, *arguments: str, stdin: bytes = b""
     ) -> subprocess.CompletedProcess[bytes]:
         return await trio.run_process(
-            ["git", *_GIT_SAFETY_OPTIONS, *arguments], cwd=self.root, env=_git_environment(),
+            ["git", f"--git-dir={self.git_dir}", f"--work-tree={self.root}",
+             *_GIT_SAFETY_OPTIONS, *arguments], cwd=self.root, env=_git_environment(),
             stdin=stdin, capture_stdout=True, capture_stderr=True, check=False)
 
 

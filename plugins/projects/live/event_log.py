@@ -80,6 +80,17 @@ def append_events(connection: Connection, stream: str, run_id: str,
     return events
 
 
+def run_events_after(connection: Connection, stream: str, run_id: str, after: int
+                     ) -> list[StreamEvent]:
+    """The events of ``run_id`` on ``stream`` numbered above ``after``, in order (what a
+    commit whose outcome was not known wrote, if it committed)."""
+    rows = connection.execute(
+        select(stream_events).where(stream_events.c.stream == stream)
+        .where(stream_events.c.seq > after).where(stream_events.c.run_id == run_id)
+        .order_by(stream_events.c.seq))
+    return _events(rows)
+
+
 def last_seq(connection: Connection, stream: str) -> int:
     """The number of the stream's newest event (0 when it has none)."""
     value = connection.execute(select(stream_heads.c.last_seq)

@@ -1,7 +1,8 @@
 """The stream hub: finds or starts a stream's broadcaster, and tails Redis for other processes.
 
 One hub actor per process (``projects.streams``). ``OpenStream(stream)`` returns the
-address of the stream's broadcaster, starting it under the supervisor when none runs. With Redis,
+address of the stream's broadcaster, starting it under the hub's own supervisor (the
+projects part's) when none runs. With Redis,
 the hub also runs one blocking ``XREAD`` over the Redis Streams of every broadcaster of
 this process, so events published by a run in another process reach readers here; a new
 broadcaster interrupts the read through a small wake-up stream of its own, so it is
@@ -35,6 +36,7 @@ from runtime.backoff import Backoff, outage_cause
 from runtime.errors import Unavailable, is_outage
 from runtime.service import Service
 from runtime.shared import RedisAccess
+from runtime.supervisor import current_supervisor
 
 log = logging.getLogger("flowsvc.projects.streams")
 HUB = "projects.streams"
@@ -93,9 +95,10 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
         address = service.registry.get(broadcaster_name(stream))
         if address is not None:
             return address
-        assert service.supervisor is not None
         ring = Ring(settings.replay_events)
-        address = await service.supervisor.start(broadcaster_spec(
+        # Under the hub's own supervisor (the projects part's): a broadcaster that crashes
+        # in a loop takes that part down for a while, never the service.
+        address = await current_supervisor().start(broadcaster_spec(
             service, stream, ring, queued, max_lag=settings.subscriber_max_lag,
             idle_seconds=settings.stream_idle_seconds,
             heartbeat_seconds=settings.heartbeat_seconds,

@@ -91,3 +91,35 @@ async def test_bad_hash_stale_data_or_no_bot_token_get_telegram_invalid(
     async with auth_server(tmp_path / "nobot", database_url) as server, client(server) as http:
         unconfigured = await http.post("/auth/messenger", json={"initData": init_data(ALICE)})
         assert _error(unconfigured) == (401, "telegram_invalid")
+
+
+async def test_a_signed_user_id_or_auth_date_out_of_bounds_is_telegram_invalid(
+        tmp_path: Path, database_url: str) -> None:
+    """Well signed, but not an id the users table can hold or not plain digits: a 401, never
+    a 500 (an overflow in the database or in the age check) nor another user."""
+    async with auth_server(tmp_path, database_url, **BOT) as server, client(server) as http:
+        now = int(time.time())
+        cases = {
+            "id 10^20": init_data({**ALICE, "id": 10**20}),
+            "id 2^63": init_data({**ALICE, "id": 2**63}),
+            "id 0": init_data({**ALICE, "id": 0}),
+            "negative id": init_data({**ALICE, "id": -7001}),
+            "id true": init_data({**ALICE, "id": True}),
+            "fractional id": init_data({**ALICE, "id": 7001.9}),
+            "id as text": init_data({**ALICE, "id": "7001"}),
+            "id in other digits": init_data({**ALICE, "id": "\u0667\u0660\u0660\u0661"}),
+            "infinite id": init_data('{"id":Infinity,"first_name":"A"}'),
+            "id 1e400": init_data('{"id":1e400,"first_name":"A"}'),
+            "user a list": init_data("[7001]"),
+            "user nested deep": init_data('{"id":7001,"x":' + "[" * 1200 + "]" * 1200 + "}"),
+            "auth_date of 400 digits": init_data(ALICE, auth_date="9" * 400),
+            "auth_date in other digits": init_data(ALICE, auth_date="".join(
+                chr(0x0660 + int(digit)) for digit in str(now))),
+        }
+        for name, data in cases.items():
+            refused = await http.post("/auth/messenger", json={"initData": data})
+            assert _error(refused) == (401, "telegram_invalid"), (name, refused.text)
+        largest = await http.post("/auth/messenger",
+                                  json={"initData": init_data({**ALICE, "id": 2**63 - 1})})
+        assert largest.status_code == 200, largest.text
+        assert largest.json()["user"]["messenger"]["id"] == str(2**63 - 1)

@@ -27,8 +27,6 @@ from tests.plugins.chain.fake_node import Answer, FakeNode, make_pool, serving, 
     ({"code": 3, "message": "execution reverted: not activated", "data": "0x08c379a0"},
      ExecutionReverted),
     ({"code": -32000, "message": "execution reverted"}, ExecutionReverted),
-    ({"code": -32601, "message": "the method eth_foo does not exist/is not available"},
-     RpcDeterministicError),
     ({"code": -32602, "message": "invalid params"}, RpcDeterministicError),
     ({"code": -32000, "message": "invalid argument 0: hex string without 0x prefix"},
      RpcDeterministicError),
@@ -79,11 +77,12 @@ async def test_transient_answers_fail_over(client: httpx.AsyncClient, answer: An
 
 async def test_batch_answers_are_matched_by_id_even_out_of_order(
         client: httpx.AsyncClient) -> None:
-    node = FakeNode(chain_id=97, head=42, reverse_batches=True)
+    node = FakeNode(chain_id=97, head=42, reverse_batches=True,
+                    errors={"eth_call": {"code": -32602, "message": "invalid params"}})
     async with serving(node):
         pool = make_pool(client, node)
         answers = await pool.batch([("eth_chainId", []), ("eth_blockNumber", []),
-                                    ("eth_nothing", [])], deadline=soon())
+                                    ("eth_call", [])], deadline=soon())
     assert [answer.result for answer in answers[:2]] == [hex(97), hex(42)]
     assert isinstance(answers[2].error, RpcDeterministicError)
     with pytest.raises(RpcDeterministicError):

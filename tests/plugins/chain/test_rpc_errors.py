@@ -10,6 +10,7 @@ from plugins.chain.rpc_errors import (
     ChainIdMismatch,
     ExecutionReverted,
     LogRangeTooLarge,
+    MethodUnsupported,
     RpcDeterministicError,
     RpcTransientError,
     RpcUnavailable,
@@ -23,7 +24,19 @@ from runtime.errors import is_outage
     ("eth_call", {"code": 3, "message": "execution reverted", "data": "0x"}, ExecutionReverted,
      None),
     ("eth_call", {"code": -32015, "message": "VM Exception: revert"}, ExecutionReverted, None),
-    ("eth_foo", {"code": -32601, "message": "Method not found"}, RpcDeterministicError, None),
+    ("eth_foo", {"code": -32601, "message": "Method not found"}, MethodUnsupported, None),
+    # What providers say when a plan does not include a method: a missing capability of the URL.
+    ("eth_getLogs", {"code": -32000, "message": "the method eth_getLogs does not exist/is not "
+                     "available"}, MethodUnsupported, None),
+    ("eth_getLogs", {"code": -32600, "message": "Method eth_getLogs is not available on the "
+                     "free tier"}, MethodUnsupported, None),
+    ("batch", {"code": -32600, "message": "Batch requests are not supported on this plan"},
+     MethodUnsupported, None),
+    ("eth_call", {"code": -32000, "message": "stack limit not supported"}, RpcTransientError,
+     "rpc_error"),
+    # A node without the state asked for says "not available" too, but of no method.
+    ("eth_call", {"code": -32000, "message": "missing trie node 0xab (path ) state 0xcd is not "
+                  "available"}, RpcTransientError, "rpc_error"),
     ("eth_call", {"code": -32602, "message": "bad"}, RpcDeterministicError, None),
     ("eth_call", {"code": -32000, "message": "invalid argument 1: bad block"},
      RpcDeterministicError, None),

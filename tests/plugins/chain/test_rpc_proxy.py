@@ -90,3 +90,13 @@ async def test_a_lagging_head_and_request_counts(anvil: Anvil, chain: Chain) -> 
 
         assert (proxy.methods, proxy.http_requests) == (
             Counter({"eth_blockNumber": 1, "eth_getBlockByNumber": 2}), 2)
+
+
+async def test_an_unsupported_method_is_refused_as_geth_does(anvil: Anvil) -> None:
+    async with running_proxy(anvil.url) as proxy, Rpc(proxy.url) as rpc:
+        proxy.unsupported = {"eth_getLogs"}
+        with pytest.raises(RpcError) as refused:
+            await rpc.call("eth_getLogs", {"fromBlock": "earliest"})
+        assert refused.value.code == -32601
+        assert refused.value.message == "the method eth_getLogs does not exist/is not available"
+        assert await rpc.call("eth_chainId") == hex(DEFAULT_CHAIN_ID)

@@ -62,6 +62,25 @@ async def test_internal_token_registry(tmp_path: Path) -> None:
             assert error_of(bad) == (400, "invalid_request")
 
 
+
+async def test_a_slug_is_matched_whole(tmp_path: Path) -> None:
+    """``$`` matches before a final newline: ``name%0A`` must not register ``"name\\n"``."""
+    async with serve_chain(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}") as running:
+        owner = "0x" + "ab" * 20
+        for slug in ("name%0A", "name%0D%0A", "%0Aname", "na%0Ame"):
+            refused = await add_token(running.base_url, slug, owner, instance=owner)
+            assert error_of(refused) == (400, "invalid_request"), (slug, refused.text)
+            assert refused.json()["error"]["details"] == [{"field": "slug",
+                                                           "message": "malformed"}]
+        for address in (owner + "\n", owner + "\r\n"):
+            refused = await add_token(running.base_url, "name", address, instance=owner)
+            assert error_of(refused) == (400, "invalid_request"), refused.text
+        async with client(running, headers=INTERNAL) as ops:
+            assert error_of(await ops.get("/internal/tokens/name")) == (404, "not_found")
+            assert (await add_token(running.base_url, "name", owner,
+                                    instance=owner)).status_code == 201
+
+
 def test_tokens_add_update_and_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)  # no config.toml: defaults and the environment only

@@ -10,10 +10,11 @@ import httpx
 import pytest
 import redis
 import trio
+from sqlalchemy import Connection
 
 from plugins.keys.errors import ApiKeyInvalid, ApiKeyRevoked
-from plugins.keys.meter import METER_ACTOR, Charge, Charged
-from runtime.errors import SpendCapReached
+from runtime.contracts.meter import METER_ACTOR, Charge, Charged, ChargeRecord
+from runtime.errors import Conflict, SpendCapReached
 from runtime.server import Running
 from tests.support.backends import REDIS_URL
 from tests.support.keys import create_key, keys_env
@@ -145,22 +146,54 @@ async def test_charge_message_meters_spend_for_other_plugins(server: Running) ->
         key = await create_key(http, spend_limit_flow="1", spend_period="day")
         meter = server.service.registry.lookup(METER_ACTOR)
         key_id = int(key["id"])
-        first = await meter.call(Charge(key_id=key_id, micro_flow=600_000, model="gpt-test"))
+        recorded: list[str] = []
+
+        def record(token: str) -> ChargeRecord:
+            return lambda connection: recorded.append(token)
+
+        first = await meter.call(Charge(key_id=key_id, micro_flow=600_000, model="gpt-test",
+                                        token="t-1", record=record("t-1")))
         assert isinstance(first, Charged)
         assert (first.micro_flow, first.period_used, first.period_limit) == \
             (600_000, 600_000, 1_000_000)
-        second = await meter.call(Charge(key_id=key_id, micro_flow=600_000, model="gpt-test"))
-        assert second.period_used == 1_200_000
+        # A retry with the same token answers the first charge, charges nothing and does
+        # not run its record again.
+        again = await meter.call(Charge(key_id=key_id, micro_flow=600_000, model="gpt-test",
+                                        token="t-1", record=record("t-1")))
+        assert (again.micro_flow, again.period_used) == (600_000, 600_000)
+
+        def refuse(connection: Connection) -> None:
+            raise Conflict("the caller's ledger refused it")
+
+        with pytest.raises(Conflict, match="refused it"):  # taken back: nothing charged
+            await meter.call(Charge(key_id=key_id, micro_flow=300_000, model="gpt-test",
+                                    token="t-refused", record=refuse))
+        # Retried, the charge taken back is made anew, once.
+        for _ in range(2):
+            anew = await meter.call(Charge(key_id=key_id, micro_flow=300_000,
+                                           model="gpt-test", token="t-refused",
+                                           record=record("t-refused")))
+            assert (anew.micro_flow, anew.period_used) == (300_000, 900_000)
+        second = await meter.call(Charge(key_id=key_id, micro_flow=600_000, model="gpt-test",
+                                         token="t-2", record=record("t-2")))
+        assert second.period_used == 1_500_000
+        assert recorded == ["t-1", "t-refused", "t-2"]
         with pytest.raises(SpendCapReached):
-            await meter.call(Charge(key_id=key_id, micro_flow=1, model="gpt-test"))
+            await meter.call(Charge(key_id=key_id, micro_flow=1, model="gpt-test", token="t-3"))
         refused = await http.get("/healthz", headers={"x-api-key": key["raw_key"]})
         assert refused.status_code == 402
         with pytest.raises(ApiKeyInvalid):
-            await meter.call(Charge(key_id=999_999, micro_flow=1, model="gpt-test"))
+            await meter.call(Charge(key_id=999_999, micro_flow=1, model="gpt-test", token="t-4"))
         other = await create_key(http)
         assert (await http.delete(f"/me/api-keys/{other['id']}")).status_code == 204
         with pytest.raises(ApiKeyRevoked):
-            await meter.call(Charge(key_id=int(other["id"]), micro_flow=1, model="gpt-test"))
+            await meter.call(Charge(key_id=int(other["id"]), micro_flow=1, model="gpt-test",
+                                    token="t-5"))
+        listed = (await http.get("/me/api-keys")).json()["keys"]
+        assert [k["spend_period_used"] for k in listed if k["id"] == key["id"]] == ["1.500000"]
+        usage = (await http.get(f"/me/api-keys/{key['id']}/usage",
+                                params={"since": "all"})).json()["usage"]
+        assert (usage["charges"], usage["cost_flow"]) == (3, "1.500000")
 
 
 async def test_key_requests_share_the_owners_bucket(tmp_path: Path,

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import trio
 
-from plugins.keys.meter import METER_ACTOR, Charge
+from runtime.contracts.meter import METER_ACTOR, Charge
 from runtime.server import Running
 from tests.support.keys import create_key, keys_env, wait_for_calls
 from tests.support.server import client, make_settings, running_server
@@ -32,7 +32,7 @@ async def test_usage_and_recent_match_what_was_sent(server: Running) -> None:
                 assert (await caller.get("/me/api-keys/999999/recent")).status_code == 404
             assert (await caller.get("/no/such/route")).status_code == 404
         await server.service.registry.lookup(METER_ACTOR).call(
-            Charge(key_id=int(key_id), micro_flow=500_000, model="gpt-test"))
+            Charge(key_id=int(key_id), micro_flow=500_000, model="gpt-test", token="usage-1"))
         calls = await wait_for_calls(http, key_id, 7)
         assert len(calls) == 7
         assert calls[0]["kind"] == "charge" and calls[0]["model"] == "gpt-test"

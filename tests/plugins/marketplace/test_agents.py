@@ -206,3 +206,23 @@ async def test_agent_from_a_completed_project_is_linked_to_its_token(
         async with client(running) as anonymous:
             public = (await anonymous.get(f"/marketplace/agents/{agent['slug']}")).json()
         assert public["agent"]["linkedToken"] == {"slug": "luigi"}
+
+
+async def test_a_flag_takes_a_json_boolean_only(tmp_path: Path, database_url: str) -> None:
+    """``premium: 0`` or ``"yes"`` is refused like ``private: 0`` on projects: one
+    strictness for every body (no coercion of numbers or strings to booleans)."""
+    async with marketplace_server(tmp_path / "var", database_url) as running, \
+            signed_in(running) as (http, _):
+        slug = (await new_agent(http))["slug"]
+        for value in (0, 1, "yes", "true", "", [], {}):
+            refused = await http.post(f"/agents/{slug}/publish", json={"premium": value})
+            assert refused.status_code == 400 and code(refused) == "invalid_request", value
+            assert refused.json()["error"]["details"][0]["field"] == "premium"
+            created = await http.post("/agents", json={
+                "name": "x", "description": "y", "agentTemplate": "fullstack-builder",
+                "premium": value})
+            assert created.status_code == 400 and code(created) == "invalid_request", value
+        detail = await http.get(f"/marketplace/agents/{slug}")
+        assert detail.json()["agent"]["status"] == "draft"
+        published = await http.post(f"/agents/{slug}/publish", json={"premium": False})
+        assert published.status_code == 200, published.text

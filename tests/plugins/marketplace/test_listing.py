@@ -182,9 +182,13 @@ async def test_bad_listing_parameters_are_clear_400s(tmp_path: Path, database_ur
             assert unknown.json()["error"]["code"] == "invalid_request"
             assert unknown.json()["error"]["details"][0]["field"] == "sort"
             future = now_us() + 10**9
+            recent = now_us() - 10**6
             for cursor in ("garbage!", "bm90IGpzb24",
                            Cursor("new", None, future, future, 1, 1).encode(),
-                           Cursor("new", None, now_us(), now_us() - 10**6, 1, 1).encode()):
+                           Cursor("new", None, now_us(), now_us() - 10**6, 1, 1).encode(),
+                           # Beyond the 64-bit columns (an overflow in SQLite was a 500).
+                           Cursor("new", None, recent, recent, 1, 2**63).encode(),
+                           Cursor("new", None, recent, recent, -10**30, 1).encode()):
                 bad = await http.get("/marketplace/agents", params={"cursor": cursor})
                 assert bad.status_code == 400, cursor
                 assert bad.json()["error"]["details"][0]["field"] == "cursor"

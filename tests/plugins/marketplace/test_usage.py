@@ -85,6 +85,10 @@ async def test_a_run_charges_its_tool_prices_to_the_key_and_the_owner(
         assert sorted(set(calls)) == ["git_commit", "take_screenshot", "write_file"]
         expected = flow(sum((price_of(tool) for tool in calls), Decimal(0)))
         assert expected == "7.750000"
+        # Each call's result carries what it was charged: the stream adds up to the bill.
+        results = [event.json() for event in events if event.event == "tool_result"]
+        assert [Decimal(result["priceFlow"]) for result in results] == \
+            [price_of(tool) for tool in calls]
 
         view = await paying.get(f"/agent-runs/{run_id}")
         assert view.status_code == 200

@@ -6,8 +6,6 @@ import io
 import zipfile
 from pathlib import Path
 
-import trio
-
 from plugins.projects.engine.ending import PROJECT_COMPLETED
 from runtime.server import Running
 from tests.support.projects import (
@@ -17,13 +15,14 @@ from tests.support.projects import (
     serve_projects,
     token_owner,
 )
+from tests.support.sandbox import git as git_output
+from tests.support.sandbox import read_png
 from tests.support.server import client
 from tests.support.sse import open_sse
 
 
 async def git(workspace: Path, *arguments: str) -> list[str]:
-    result = await trio.run_process(["git", *arguments], cwd=workspace, capture_stdout=True)
-    return result.stdout.decode().splitlines()
+    return (await git_output(workspace, *arguments)).splitlines()
 
 
 def workspace_of(running: Running, project_id: str) -> Path:
@@ -90,10 +89,10 @@ async def test_a_full_offline_build(tmp_path: Path, database_url: str) -> None:
                 [shot] = [event.json() for event in events if event.event == "screenshot"]
                 picture = await anonymous.get(shot["url"].split("127.0.0.1:8000", 1)[1])
                 assert picture.status_code == 200
-                assert picture.headers["content-type"] == "image/svg+xml"
+                assert picture.headers["content-type"] == "image/png"
                 assert picture.headers["content-security-policy"] == "sandbox"
                 assert picture.headers["x-content-type-options"] == "nosniff"
-                assert picture.text.startswith("<svg")
+                assert read_png(picture.content).width == 1280
                 for path in ("../../secrets.json", ".git/config", "nope.txt"):
                     refused = await anonymous.get(f"/projects/{slug}/files/{path}")
                     assert refused.status_code == 404, path

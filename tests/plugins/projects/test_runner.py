@@ -12,6 +12,7 @@ import trio
 
 from plugins.projects.engine.agent_loop import RunOutcome, run_agent
 from plugins.projects.engine.model_backends import OfflineBackend, OpenAIChatBackend
+from plugins.projects.engine.sandboxed_tools import sandboxed_tools
 from plugins.projects.engine.templates import builtin_templates
 from plugins.projects.engine.tools import builtin_tools
 from runtime.agents import (
@@ -24,11 +25,13 @@ from runtime.agents import (
     ToolResult,
 )
 from tests.support.fake_openai import FakeOpenAI, HttpFailure, StreamedTurn
+from tests.support.sandbox import git as git_output
+from tests.support.sandbox import probed_sandbox
 
 BRIEF = ("Build a pizza ordering site for Luigi's. Customers pick toppings and pay online. "
          "Orders show up on a kitchen screen.")
 TEMPLATES = {template.name: template for template in builtin_templates()}
-TOOLS = {tool.name: tool for tool in builtin_tools()}
+TOOLS = {tool.name: tool for tool in [*builtin_tools(), *sandboxed_tools()]}
 
 
 class Recorder:
@@ -45,13 +48,12 @@ class Recorder:
 
 
 async def git(workspace: Path, *arguments: str) -> list[str]:
-    result = await trio.run_process(["git", *arguments], cwd=workspace, capture_stdout=True)
-    return result.stdout.decode().splitlines()
+    return (await git_output(workspace, *arguments)).splitlines()
 
 
-def context_for(tmp_path: Path) -> ToolContext:
+async def context_for(tmp_path: Path) -> ToolContext:
     return ToolContext(workspace=tmp_path / "ws", public_base_url="https://flow.example",
-                       project_slug="pizza")
+                       project_slug="pizza", sandbox=await probed_sandbox())
 
 
 def assert_calls_are_answered(recorder: Recorder) -> None:
@@ -72,7 +74,7 @@ def test_the_four_presets_are_offered() -> None:
 
 @pytest.mark.parametrize("name", list(TEMPLATES))
 async def test_offline_run_builds_and_commits_real_files(tmp_path: Path, name: str) -> None:
-    template, recorder, context = TEMPLATES[name], Recorder(), context_for(tmp_path)
+    template, recorder, context = TEMPLATES[name], Recorder(), await context_for(tmp_path)
     outcome = await run_agent(template=template, brief=BRIEF,
                               backend=OfflineBackend(template, BRIEF), tools=TOOLS,
                               context=context, emit=recorder.emit)
@@ -135,14 +137,14 @@ async def test_a_refused_charge_stops_the_run(tmp_path: Path) -> None:
     template, recorder = TEMPLATES["fullstack-builder"], Recorder()
     charged: list[str] = []
 
-    async def charge(tool_name: str) -> None:
+    async def charge(tool_name: str, call_id: str) -> None:
         if len(charged) == 2:
             raise RuntimeError("insufficient FLOW balance")
         charged.append(tool_name)
 
     outcome = await run_agent(template=template, brief=BRIEF,
                               backend=OfflineBackend(template, BRIEF), tools=TOOLS,
-                              context=context_for(tmp_path), emit=recorder.emit,
+                              context=await context_for(tmp_path), emit=recorder.emit,
                               before_tool_call=charge)
 
     assert outcome.final_status == "failed"
@@ -167,7 +169,7 @@ async def test_a_tool_that_raises_gives_an_error_result(tmp_path: Path) -> None:
                                            PlannedCall("list_files", {})), Recorder()
     outcome = await run_agent(template=template, brief=BRIEF,
                               backend=OfflineBackend(template, BRIEF), tools=tools,
-                              context=context_for(tmp_path), emit=recorder.emit)
+                              context=await context_for(tmp_path), emit=recorder.emit)
 
     assert outcome == RunOutcome("completed")
     results = recorder.of("tool_result")
@@ -185,7 +187,7 @@ async def test_cancellation_ends_the_run(tmp_path: Path) -> None:
     template, recorder = one_step_template(PlannedCall("hang", {})), Recorder()
     with trio.move_on_after(0.2) as scope:
         await run_agent(template=template, brief=BRIEF, backend=OfflineBackend(template, BRIEF),
-                        tools=tools, context=context_for(tmp_path), emit=recorder.emit)
+                        tools=tools, context=await context_for(tmp_path), emit=recorder.emit)
         pytest.fail("run_agent returned although it was cancelled")
     assert scope.cancelled_caught
     assert [name for name, _ in recorder.events] == ["plan", "message", "tool_call"]
@@ -203,7 +205,7 @@ async def run_with_model(tmp_path: Path, nursery: trio.Nursery, script: list[Any
     template, recorder = TEMPLATES["fullstack-builder"], Recorder()
     outcome = await run_agent(template=template, brief=BRIEF,
                               backend=OpenAIChatBackend(base_url, "m", "sk-test", timeout=5),
-                              tools=TOOLS, context=context_for(tmp_path), emit=recorder.emit,
+                              tools=TOOLS, context=await context_for(tmp_path), emit=recorder.emit,
                               **options)
     return outcome, recorder, fake
 
@@ -211,8 +213,9 @@ async def run_with_model(tmp_path: Path, nursery: trio.Nursery, script: list[Any
 async def test_a_model_drives_a_run(tmp_path: Path, nursery: trio.Nursery) -> None:
     charged: list[str] = []
 
-    async def charge(tool_name: str) -> None:
+    async def charge(tool_name: str, call_id: str) -> int:
         charged.append(tool_name)
+        return 250_000
 
     outcome, recorder, fake = await run_with_model(tmp_path, nursery, [
         turn("Plan:\n1. Write the page\n2. Commit it",
@@ -220,6 +223,7 @@ async def test_a_model_drives_a_run(tmp_path: Path, nursery: trio.Nursery) -> No
              ("deploy_to_mars", {})),
         turn("New plan:\n1. Write the page\n2. Add styles\n3. Commit it",
              ("write_file", '{"path": "style.css", "content": '),
+             ("write_file", {"path": "style.css"}),
              ("git_commit", {"message": "Add the page"})),
         turn("The page is committed."),
     ], before_tool_call=charge)
@@ -234,11 +238,15 @@ async def test_a_model_drives_a_run(tmp_path: Path, nursery: trio.Nursery) -> No
     results = recorder.of("tool_result")
     assert results[1]["error"].startswith("unknown tool 'deploy_to_mars'; available tools:")
     assert results[2]["error"] == "arguments are not valid JSON"
+    assert results[3]["error"] == "argument 'content' is required"
     assert recorder.of("tool_call")[2]["args"] == '{"path": "style.css", "content": '
+    # Only the calls whose tool started are charged, and only they carry their price.
     assert charged == ["write_file", "git_commit"]
+    assert [result.get("priceFlow") for result in results] == [
+        "0.250000", None, None, None, "0.250000"]
     [commit] = recorder.of("commit")
     assert commit["files"] == ["index.html"]
-    assert await git(context_for(tmp_path).workspace, "log", "--format=%H") == [commit["sha"]]
+    assert await git(tmp_path / "ws", "log", "--format=%H") == [commit["sha"]]
 
     second_request = fake.requests[1].body["messages"]
     assert [message["role"] for message in second_request] == [

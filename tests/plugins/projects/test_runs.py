@@ -10,10 +10,13 @@ from typing import Any
 import trio
 
 from plugins.projects.engine.ending import PROJECT_FAILED
+from plugins.projects.engine.execute import offered_tools
 from plugins.projects.engine.run_rows import RunRecord, get_run
 from plugins.projects.engine.submit import RunRequest, start_run
 from plugins.projects.engine.templates import builtin_templates
 from plugins.projects.live.hub import subscribe
+from plugins.projects.state import PROJECTS_STATE
+from runtime.sandbox.jail import cgroups_state
 from runtime.server import Running
 from tests.support.fake_openai import FakeOpenAI, HttpFailure, Stall, StreamedTurn
 from tests.support.projects import (
@@ -25,6 +28,7 @@ from tests.support.projects import (
     serve_projects,
     token_owner,
 )
+from tests.support.server import client
 from tests.support.sse import SseEvent, open_sse
 
 
@@ -74,14 +78,14 @@ async def test_a_model_run_with_an_unknown_tool_then_one_that_errors(
         assert events[0].json() == {"steps": ["Write the page", "Commit it"], "revision": 1}
         unknown = events[5].json()
         assert unknown["error"].startswith("unknown tool 'launch_rocket'; available tools:")
-        assert "run_command" not in unknown["error"]  # commands are off by default
+        assert "run_command" in unknown["error"]  # on by default where the sandbox works
         assert events[-1].json()["finalStatus"] == "completed"
         request = model.requests[0]
         assert request.headers["authorization"] == "Bearer sk-test"
         assert request.body["model"] == "fake-model" and request.body["stream"] is True
         offered = {tool["function"]["name"] for tool in request.body["tools"]}
         assert offered == {"write_file", "read_file", "list_files", "git_commit",
-                           "take_screenshot", "fetch_url"}
+                           "take_screenshot", "run_command", "fetch_url"}
 
         failed = await run_to_done(running, http, slug)
         assert names(failed) == ["error", "done"]
@@ -198,7 +202,7 @@ async def test_a_run_started_through_the_api_as_the_marketplace_would(
         template = {t.name: t for t in builtin_templates()}["research-agent"]
         charged: list[str] = []
 
-        async def charge(tool: str) -> None:
+        async def charge(tool: str, call_id: str) -> None:
             if len(charged) == 2:
                 raise RuntimeError("insufficient FLOW balance")
             charged.append(tool)
@@ -223,3 +227,18 @@ async def test_a_run_started_through_the_api_as_the_marketplace_would(
         assert lost is None
         assert frames.count("event: tool_call") == 2
         assert f'"runId":"{run_id}","finalStatus":"failed"' in frames
+
+
+async def test_without_a_sandbox_no_tool_that_needs_it_is_offered(tmp_path: Path,
+                                                                  database_url: str) -> None:
+    async with serve_projects(tmp_path / "var", database_url,
+                              extra_env={"FLOWSVC_SANDBOX_ACTIVE": "false"}) as running:
+        settings = running.service.state(PROJECTS_STATE).settings
+        assert set(offered_tools(running.service, settings)) == {
+            "write_file", "read_file", "list_files", "git_commit", "fetch_url"}
+        async with client(running) as http:
+            ready = await http.get("/readyz")
+    assert ready.status_code == 200  # the service serves; it offers fewer tools
+    reason = "turned off by [sandbox] active = false"
+    assert ready.json()["checks"]["sandbox"] == {"ok": True, "commands": reason,
+                                                 "browser": reason, "cgroups": cgroups_state()}

@@ -14,12 +14,9 @@ from plugins.projects.engine.workspace import (
     GIT_USER_NAME,
     Workspace,
     WorkspaceError,
+    git_dir_of,
 )
-
-
-async def git(workspace: Path, *arguments: str) -> str:
-    result = await trio.run_process(["git", *arguments], cwd=workspace, capture_stdout=True)
-    return result.stdout.decode()
+from tests.support.sandbox import git
 
 
 @pytest.fixture
@@ -157,3 +154,46 @@ async def test_head_and_archives_of_an_earlier_commit(workspace: Workspace,
     for ref in ("HEAD~1", "--output=/tmp/x", "main", "0" * 40):
         with pytest.raises(WorkspaceError):
             await workspace.archive(tmp_path / "bad.zip", ref)
+
+
+async def test_the_git_directory_lies_outside_the_work_tree(workspace: Workspace,
+                                                           tmp_path: Path) -> None:
+    """A .git the agent makes in its work tree (hooks, fsmonitor, a clean filter) is never
+    the one the service's git uses, so none of it runs at a commit."""
+    await workspace.ensure_repository()
+    assert workspace.git_dir == tmp_path / "project.git" and workspace.git_dir.is_dir()
+    planted = workspace.root / ".git"
+    (planted / "hooks").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    (planted / "hooks" / "pre-commit").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (planted / "hooks" / "pre-commit").chmod(0o755)
+    (planted / "config").write_text(f"[core]\n\tfsmonitor = touch {marker}\n"
+                                     f"[filter \"x\"]\n\tclean = touch {marker}\n")
+    (workspace.root / ".gitattributes").write_text("* filter=x\n")
+    await workspace.write_file("a.txt", "a")
+    commit = await workspace.commit("Add a")
+    assert not marker.exists()
+    assert sorted(commit.files) == [".gitattributes", "a.txt"]
+    assert (await git(workspace.root, "rev-parse", "HEAD")).strip() == commit.sha
+
+
+async def test_an_in_tree_repository_moves_out_with_a_fresh_config(tmp_path: Path) -> None:
+    root = tmp_path / "old"
+    root.mkdir()
+    marker = tmp_path / "ran"
+    for arguments in (["init", "--quiet", "--initial-branch=main"],
+                      ["-c", "user.name=a", "-c", "user.email=a@b", "commit", "--quiet",
+                       "--allow-empty", "-m", "Old"],
+                      ["config", "filter.x.clean", f"touch {marker}"]):
+        await trio.run_process(["git", *arguments], cwd=root)
+    old_head = (await trio.run_process(["git", "rev-parse", "HEAD"], cwd=root,
+                                       capture_stdout=True)).stdout.decode().strip()
+    (root / ".gitattributes").write_text("* filter=x\n")
+    workspace = Workspace(root)
+    await workspace.ensure_repository()
+    assert not (root / ".git").exists() and git_dir_of(root).is_dir()
+    assert await workspace.head() == old_head
+    await workspace.write_file("b.txt", "b")
+    await workspace.commit("New")
+    assert not marker.exists()
+    assert "filter" not in (git_dir_of(root) / "config").read_text()

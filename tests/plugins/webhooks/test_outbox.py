@@ -288,3 +288,32 @@ async def test_a_subscription_read_for_a_fan_out_cannot_be_deleted_before_the_in
 
     assert waited  # the delete waited for the emitter, whose insert then succeeded...
     assert deleted.is_set() and left == 0  # ...and went after it, taking the delivery along
+
+
+async def test_a_settled_batch_fills_in_every_attempt_row_of_the_history(
+        service: Service) -> None:
+    """One statement records a whole batch's answers: each row gets its own status, error
+    and outcome, including a batch whose statuses are all missing (connection errors)."""
+    user = await new_user(service, ("https://a.example/1", []))
+    await emit(service, user, 5)
+    fine, broken, busy, lost, timed_out = await claim(service, "one", room=5)
+    answered = [outcome(fine), outcome(broken, "connection refused"),
+                Outcome(job=busy, started_at=utcnow(), duration_ms=9, status_code=503,
+                        error="HTTP 503")]
+    no_status = [outcome(lost, "connection reset"), outcome(timed_out, "timed out")]
+
+    results = await service.db.write(lambda c: settle(
+        c, answered, owner="one", max_retries=3, retry_delay=lambda n: 0.0))
+    results += await service.db.write(lambda c: settle(
+        c, no_status, owner="one", max_retries=3, retry_delay=lambda n: 0.0))
+    history = await service.db.read(lambda c: c.execute(
+        select(attempts.c.delivery_id, attempts.c.number, attempts.c.status_code,
+               attempts.c.error, attempts.c.outcome, attempts.c.duration_ms)).all())
+
+    assert results == ["delivered", "retry", "retry", "retry", "retry"]
+    assert sorted(tuple(row) for row in history) == sorted([
+        (fine.delivery_id, 1, 200, None, "delivered", 3),
+        (broken.delivery_id, 1, None, "connection refused", "retry", 3),
+        (busy.delivery_id, 1, 503, "HTTP 503", "retry", 9),
+        (lost.delivery_id, 1, None, "connection reset", "retry", 3),
+        (timed_out.delivery_id, 1, None, "timed out", "retry", 3)])

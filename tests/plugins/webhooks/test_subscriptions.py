@@ -239,6 +239,7 @@ async def test_history_pages_and_redelivery_and_recovery_resend_failed_events(
         backwards = await http.post(f"{base}/recover", json={
             "since": iso(before), "until": iso(before - timedelta(seconds=1))})
         naive = await http.post(f"{base}/recover", json={"since": "2026-01-01T00:00:00"})
+        unix = await http.post(f"{base}/recover", json={"since": 1_700_000_000})  # not a time
         await receiver.wait_for(6)
         final = await wait_until_settled(http, webhook["id"], 3)
         nothing_left = await http.post(f"{base}/recover", json={"since": iso(before)})
@@ -255,6 +256,7 @@ async def test_history_pages_and_redelivery_and_recovery_resend_failed_events(
     assert unknown_event.status_code == 404
     assert recovered.status_code == 202 and recovered.json() == {"recovered": 2}
     assert backwards.status_code == 400 and naive.status_code == 400
+    assert unix.status_code == 400 and unix.json()["error"]["details"][0]["field"] == "since"
     assert nothing_left.json() == {"recovered": 0}
     assert {item["state"] for item in final} == {"delivered"}
     ids = [request.headers["webhook-id"] for request in receiver.received]

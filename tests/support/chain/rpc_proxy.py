@@ -10,6 +10,8 @@ its behaviour at any time through these knobs:
 - ``logs_error_style``: a key of ``LOGS_ERRORS``. ``alchemy`` and ``infura`` suggest a
   range in the message (``[0x..., 0x...]``, the limit's worth from ``fromBlock``);
   ``quicknode`` names the limit; ``base`` and ``llamarpc`` give no hint.
+- ``unsupported`` (set of methods): each is answered with geth's JSON-RPC error -32601 "the
+  method ... does not exist/is not available", as free tiers refuse ``eth_getLogs``.
 - ``http_status`` (int or None): every HTTP request is answered with this status without
   asking the node: 429 (with ``Retry-After: 1``), 502, ...
 - ``stall_seconds``: each HTTP request is held this long before it is handled (set it past
@@ -64,6 +66,7 @@ class RpcProxy:
         self.upstream = upstream
         self.logs_range_limit: int | None = None
         self.logs_error_style = "alchemy"
+        self.unsupported: set[str] = set()
         self.http_status: int | None = None
         self.stall_seconds = 0.0
         self.head_lag = 0
@@ -134,6 +137,9 @@ class RpcProxy:
 
     async def _answer(self, item: JsonObject) -> JsonObject:
         method, params = item.get("method"), item.get("params") or []
+        if method in self.unsupported:
+            return {"jsonrpc": "2.0", "id": item.get("id"), "error": {
+                "code": -32601, "message": f"the method {method} does not exist/is not available"}}
         if method == "eth_getLogs" and self.logs_range_limit is not None:
             error = await self._logs_error(params[0], self.logs_range_limit)
             if error is not None:
