@@ -21,7 +21,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "FLOWSVC"
-BUILTIN_PLUGINS = ("auth", "keys", "projects", "webhooks", "marketplace", "chain", "billing")
+BUILTIN_PLUGINS = ("auth", "keys", "projects", "webhooks", "marketplace", "chain", "billing",
+                   "console")
 # Variables of the FLOWSVC_ prefix that are not settings: where the config file is, hook
 # tracing, and the test suite's own (FLOWSVC_TEST_*).
 RESERVED_VARIABLES = ("FLOWSVC_CONFIG", "FLOWSVC_TRACE_HOOKS")

@@ -146,7 +146,7 @@ async def charge(state: KeysState, message: Charge) -> Charged:
     record = await state.directory.by_id(message.key_id)
     if record is None:
         raise ApiKeyInvalid(f"API key {message.key_id} does not exist")
-    if record.revoked_at is not None:
+    if record.revoked_at is not None and record.revoked_at <= utcnow():  # future: rotating
         raise ApiKeyRevoked(f"API key {message.key_id} was revoked")
     row = await state.db.write(open_charge, message, utcnow())
     if row.state == "void":  # taken back earlier (never recorded): this retry makes it anew

@@ -32,9 +32,9 @@ flowsvc_plugin_config, flowsvc_tables, flowsvc_migrations = standard_hooks(
 
 @hookimpl
 def flowsvc_blueprints(service: Service) -> list[Blueprint]:
-    from plugins.keys import routes
+    from plugins.keys import activity, rotation, routes
 
-    return [routes.blueprint]
+    return [routes.blueprint, rotation.blueprint, activity.blueprint]
 
 
 @hookimpl

@@ -26,6 +26,7 @@ from plugins.keys.usage import UsageEntry
 from runtime.context import RequestContext, RequestSlot
 from runtime.principal import Credentials, Principal
 from runtime.service import Service
+from runtime.wire import utcnow
 
 log = logging.getLogger("flowsvc.keys")
 COST_CACHE_SECONDS = 1.0
@@ -84,7 +85,8 @@ def _caller(record: KeyRecord | None, context: RequestContext) -> Principal:
     if record is None:
         raise ApiKeyInvalid("the API key is unknown")
     context.put(KEY_CALL, KeyCall(record))
-    if record.revoked_at is not None:
+    # A future revoked_at is the end of a rotation's overlap (plugins.keys.rotation).
+    if record.revoked_at is not None and record.revoked_at <= utcnow():
         raise ApiKeyRevoked("the API key was revoked")
     return Principal(user_id=record.user_id, address=record.address, via="api_key",
                      key_id=record.id)

@@ -174,13 +174,13 @@ def update_limits(connection: Connection, user_id: int, key_id: int, changes: di
 
 
 def revoke(connection: Connection, user_id: int, key_id: int, now: datetime) -> KeyRecord | None:
-    """Revoke an active key of ``user_id``; the record stays for audit.
+    """Revoke an active or rotating key of ``user_id``; the record stays for audit.
 
     :return: the revoked key; None when the user has no such active key.
     """
     result = connection.execute(
         update(api_keys).where(api_keys.c.id == key_id, api_keys.c.user_id == user_id,
-                               api_keys.c.revoked_at.is_(None))
+                               api_keys.c.revoked_at.is_(None) | (api_keys.c.revoked_at > now))
         .values(revoked_at=now, updated_at=now))
     return get_owned(connection, user_id, key_id) if result.rowcount else None
 

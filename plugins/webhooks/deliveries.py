@@ -29,7 +29,8 @@ def _time(value: datetime | None) -> str | None:
 
 def _attempt_public(row: Any) -> dict[str, Any]:
     return {"attempt": row.number, "at": iso(row.started_at), "duration_ms": row.duration_ms,
-            "status_code": row.status_code, "error": row.error, "outcome": row.outcome}
+            "status_code": row.status_code, "error": row.error, "outcome": row.outcome,
+            "response_excerpt": row.response_excerpt}
 
 
 def _delivery_public(row: Any, tried: list[dict[str, Any]]) -> dict[str, Any]:

@@ -107,6 +107,7 @@ class Outcome:
     status_code: int | None
     error: str | None
     permanent: bool = False
+    response_excerpt: str | None = None
 
 
 def write_event(connection: Connection, event: OutboundEvent, subscription_ids: Sequence[int],
@@ -286,6 +287,7 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
         answers.append({"b_delivery": job.delivery_id, "b_number": job.number,
                         "b_started": outcome.started_at, "b_duration": outcome.duration_ms,
                         "b_status": outcome.status_code, "b_error": outcome.error,
+                        "b_excerpt": outcome.response_excerpt,
                         "b_outcome": UNKNOWN if settled == "stale" else settled})
         results.append(settled)
     _record_answers(connection, answers)
@@ -307,25 +309,27 @@ def _record_answers(connection: Connection, answers: list[dict[str, object]]) ->
         # the FROM clause, hence the names listed here. A None is rendered as a bare NULL,
         # typed text when a whole column is NULL: the nullable ones are cast back.
         names = ("b_delivery", "b_number", "b_started", "b_duration", "b_status", "b_error",
-                 "b_outcome")
+                 "b_outcome", "b_excerpt")
         answered = values(
             column("b_delivery", BigInteger), column("b_number", Integer),
             column("b_started", DateTime(timezone=True)), column("b_duration", Integer),
             column("b_status", Integer), column("b_error", Text), column("b_outcome", String),
-            name="answered").data([tuple(answer[name] for name in names) for answer in answers])
+            column("b_excerpt", Text), name="answered",
+        ).data([tuple(answer[name] for name in names) for answer in answers])
         connection.execute(update(attempts).where(
             attempts.c.delivery_id == answered.c.b_delivery,
             attempts.c.number == answered.c.b_number).values(
             started_at=answered.c.b_started, duration_ms=answered.c.b_duration,
             status_code=cast(answered.c.b_status, Integer),
-            error=cast(answered.c.b_error, Text), outcome=answered.c.b_outcome))
+            error=cast(answered.c.b_error, Text), outcome=answered.c.b_outcome,
+            response_excerpt=cast(answered.c.b_excerpt, Text)))
         return
     connection.execute(update(attempts).where(
         attempts.c.delivery_id == bindparam("b_delivery"),
         attempts.c.number == bindparam("b_number")).values(
         started_at=bindparam("b_started"), duration_ms=bindparam("b_duration"),
         status_code=bindparam("b_status"), error=bindparam("b_error"),
-        outcome=bindparam("b_outcome")), answers)
+        outcome=bindparam("b_outcome"), response_excerpt=bindparam("b_excerpt")), answers)
 
 
 def release_claims(connection: Connection, owner: str) -> int:

@@ -22,6 +22,7 @@ USER_AGENT = "flowsvc-webhooks/1"
 # Enough to read a receiver's usual short answer so that the connection can be kept alive;
 # anything longer is not read (the connection is closed instead).
 RESPONSE_READ_LIMIT = 16 * 1024
+EXCERPT_MAX_BYTES = 256  # of each response body, kept with its attempt
 ERROR_MAX_CHARS = 300
 
 
@@ -39,18 +40,24 @@ def _describe(exc: httpx.TransportError, timeout: float) -> str:
     return f"network error: {exc}"
 
 
-async def _post(client: httpx.AsyncClient, job: Job, headers: dict[str, str]) -> int:
+async def _post(client: httpx.AsyncClient, job: Job, headers: dict[str, str]
+                ) -> tuple[int, str]:
+    """The response's status and the start of its body (decoded, at most
+    ``EXCERPT_MAX_BYTES``)."""
     request = client.build_request("POST", job.url, content=job.body, headers=headers)
     response = await client.send(request, stream=True)
+    start = b""
     try:
         read = 0
         async for chunk in response.aiter_raw():
+            if len(start) < EXCERPT_MAX_BYTES:
+                start += chunk[:EXCERPT_MAX_BYTES - len(start)]
             read += len(chunk)
             if read > RESPONSE_READ_LIMIT:
                 break
     finally:
         await response.aclose()
-    return response.status_code
+    return response.status_code, start.decode("utf-8", errors="replace")
 
 
 async def send_attempt(client: httpx.AsyncClient, job: Job, policy: UrlPolicy,
@@ -64,6 +71,7 @@ async def send_attempt(client: httpx.AsyncClient, job: Job, policy: UrlPolicy,
     started_at = utcnow()
     clock = trio.current_time()
     status: int | None = None
+    excerpt: str | None = None
     error: str | None = None
     permanent = False
     with trio.move_on_after(timeout) as deadline:
@@ -73,7 +81,7 @@ async def send_attempt(client: httpx.AsyncClient, job: Job, policy: UrlPolicy,
                                     event_id=job.event_id)
             headers["Content-Type"] = "application/json"
             with outbound.pinned(httpx.URL(job.url).host, addresses):
-                status = await _post(client, job, headers)
+                status, excerpt = await _post(client, job, headers)
         except UnsafeUrlError as exc:
             permanent = exc.reason != "unresolvable_host"
             error = f"refused: {exc}" if permanent else str(exc)
@@ -86,4 +94,4 @@ async def send_attempt(client: httpx.AsyncClient, job: Job, policy: UrlPolicy,
     return Outcome(job=job, started_at=started_at,
                    duration_ms=round((trio.current_time() - clock) * 1000),
                    status_code=status, error=error[:ERROR_MAX_CHARS] if error else None,
-                   permanent=permanent)
+                   permanent=permanent, response_excerpt=excerpt or None)

@@ -87,4 +87,6 @@ attempts = Table(
     Column("status_code", Integer, nullable=True),
     Column("error", Text, nullable=True),
     Column("outcome", String(16), nullable=False),
+    # The start of the response body (EXCERPT_MAX_BYTES, decoded), for the owner to read.
+    Column("response_excerpt", Text, nullable=True),
 )

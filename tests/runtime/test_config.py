@@ -40,7 +40,7 @@ async def test_repo_config_toml_loads_with_its_plugin_tables(tmp_path: Path) -> 
     settings = load_settings(ROOT / "config.toml", environ=environ)
     assert settings.service.bind == "127.0.0.1:8000"
     assert settings.plugins.enabled == [
-        "auth", "keys", "projects", "webhooks", "marketplace", "billing", "chain"]
+        "auth", "keys", "projects", "webhooks", "marketplace", "billing", "chain", "console"]
     assert settings.embedded
     async with open_service(settings, migrate=False, environ=environ) as service:
         auth = service.plugin_settings("auth", AuthSettings)

@@ -33,6 +33,7 @@ class Browser:
         self._ids = itertools.count(1)
         self._answers: dict[int, dict[str, Any]] = {}
         self._arrived = trio.Event()
+        self._sending = trio.Lock()  # commands from several tasks go out one at a time
         self.events: list[dict[str, Any]] = []
         self.session: str | None = None
 
@@ -58,7 +59,8 @@ class Browser:
         if page:
             assert self.session is not None
             command["sessionId"] = self.session
-        await self._send.send_all(json.dumps(command).encode() + b"\0")
+        async with self._sending:
+            await self._send.send_all(json.dumps(command).encode() + b"\0")
         while number not in self._answers:
             await self._arrived.wait()
         answer = self._answers.pop(number)
@@ -90,13 +92,35 @@ class Browser:
         return answer["result"].get("value")
 
     async def wait_for(self, expression: str, seconds: float = 30) -> Any:
-        """Poll ``expression`` until it is truthy (the page tells nothing else); its value."""
+        """Poll ``expression`` until it is truthy (the page tells nothing else); its value.
+
+        An evaluation that fails because the page is being replaced counts as falsy.
+        """
         with trio.fail_after(seconds):
             while True:
-                value = await self.evaluate(expression)
+                try:
+                    value = await self.evaluate(expression)
+                except AssertionError:  # "Execution context was destroyed": a navigation
+                    value = None
                 if value:
                     return value
                 await trio.sleep(0.05)
+
+    async def load_by(self, expression: str, seconds: float = 30) -> None:
+        """Evaluate ``expression`` (a click, a form submit) and wait for the page it loads."""
+        seen = len(self.events)
+        # Run after this evaluation has answered: a navigation it starts at once can leave
+        # the command unanswered.
+        await self.evaluate(f"setTimeout(() => {{ {expression}; }}, 0)")
+        with trio.fail_after(seconds):
+            while not any(event.get("method") == "Page.loadEventFired"
+                          for event in self.events[seen:]):
+                await self._arrived.wait()
+
+    def requested_urls(self) -> list[str]:
+        """Every URL the page has requested so far (the Network domain's events)."""
+        return [event["params"]["request"]["url"] for event in self.events
+                if event.get("method") == "Network.requestWillBeSent"]
 
 
 def _pipe_end_above_4() -> tuple[int, int]:

@@ -30,11 +30,12 @@ class Received:
 
 @dataclass(frozen=True)
 class Reply:
-    """What the receiver answers: a status, extra headers, and optionally a delay first or an
-    event to wait for first (the test decides when the sender gets its answer)."""
+    """What the receiver answers: a status, extra headers, a body, and optionally a delay
+    first or an event to wait for first (the test decides when the sender gets its answer)."""
 
     status: int = 204
     headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
     delay: float = 0.0
     hold: trio.Event | None = None
 
@@ -80,9 +81,11 @@ class Receiver:
                     await trio.sleep(reply.delay)
                 if reply.hold is not None:
                     await reply.hold.wait()
-                headers = [("content-length", "0"), *reply.headers.items()]
+                headers = [("content-length", str(len(reply.body))), *reply.headers.items()]
                 await stream.send_all(connection.send(h11.Response(status_code=reply.status,
                                                                    headers=headers)) or b"")
+                if reply.body:
+                    await stream.send_all(connection.send(h11.Data(data=reply.body)) or b"")
                 await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
                 if connection.our_state is not h11.DONE or \
                         connection.their_state is not h11.DONE:

@@ -1,0 +1,102 @@
+"""The console's usage and requests pages: per-key outcome bars, usage by model, and the
+request log with its live tail (``static/tail.js``; without JavaScript, a refresh link)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, Response, request
+from quart_schema import hide
+
+from plugins.console.api import call
+from plugins.console.security import page
+from plugins.console.session import SIGN_IN, see_other, signed_in_user
+
+blueprint = Blueprint("console_activity", __name__, template_folder="templates")
+WINDOWS = ("hour", "day", "week", "month")
+SINCE = ("day", "week", "month", "all")  # what GET /me/api-keys/<id>/usage takes
+OUTCOME_COLOURS = {"ok": "#2b7a3d", "402": "#8a6d00", "429": "#b35c00", "4xx": "#a4161a",
+                   "5xx": "#5a189a"}
+FILTERS = ("key_id", "status", "route")
+
+
+def outcome_bars(stats: list[dict[str, Any]], names: dict[str, str]) -> list[dict[str, Any]]:
+    """One stacked bar per key, each segment an outcome, scaled to the busiest key (SVG
+    widths in percent)."""
+    busiest = max((entry["requests"] for entry in stats), default=0) or 1
+    bars = []
+    for entry in stats:
+        offset = 0.0
+        segments = []
+        for outcome, count in entry["outcomes"].items():
+            width = 100.0 * count / busiest
+            if count:
+                segments.append({"outcome": outcome, "count": count, "x": offset,
+                                 "width": width, "colour": OUTCOME_COLOURS[outcome]})
+            offset += width
+        bars.append({"key_id": entry["key_id"], "name": names.get(entry["key_id"],
+                                                                  entry["key_id"]),
+                     "requests": entry["requests"], "segments": segments})
+    return bars
+
+
+def series_columns(buckets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One stacked column per bucket (SVG units: 100 high, 10 wide per bucket), each
+    segment an outcome, scaled to the busiest bucket."""
+    busiest = max((sum(bucket["outcomes"].values()) for bucket in buckets), default=0) or 1
+    columns = []
+    for index, bucket in enumerate(buckets):
+        top = 100.0
+        segments = []
+        for outcome, count in bucket["outcomes"].items():
+            if count:
+                height = 100.0 * count / busiest
+                top -= height
+                segments.append({"outcome": outcome, "count": count, "y": top,
+                                 "height": height, "colour": OUTCOME_COLOURS[outcome]})
+        columns.append({"x": index * 10, "from": bucket["from"],
+                        "total": sum(bucket["outcomes"].values()), "segments": segments})
+    return columns
+
+
+@blueprint.get("/console/usage")
+@hide
+async def usage() -> Response:
+    user = await signed_in_user()
+    if user is None:
+        return see_other(SIGN_IN)
+    window = request.args.get("window", "day")
+    window = window if window in WINDOWS else "day"
+    keys = (await call("GET", "/me/api-keys", query={"limit": "100"})).body.get("keys", [])
+    names = {key["id"]: key["name"] for key in keys}
+    stats = await call("GET", "/me/api-keys/stats", query={"window": window})
+    chosen = request.args.get("key_id") or (keys[0]["id"] if keys else None)
+    since = request.args.get("since", "month")
+    since = since if since in SINCE else "month"
+    detail = None
+    columns: list[dict[str, Any]] = []
+    if chosen is not None and chosen.isdigit():
+        answer = await call("GET", f"/me/api-keys/{chosen}/usage", query={"since": since})
+        detail = answer.body.get("usage") if answer.ok else None
+        over_time = await call("GET", f"/me/api-keys/{chosen}/series",
+                               query={"window": window})
+        columns = series_columns(over_time.body.get("buckets", [])) if over_time.ok else []
+    return await page("usage.html", user=user, window=window, windows=WINDOWS, since=since,
+                      sinces=SINCE, keys=keys, chosen=chosen, detail=detail,
+                      bars=outcome_bars(stats.body.get("keys", []), names), columns=columns,
+                      chosen_name=names.get(chosen or "", chosen),
+                      colours=OUTCOME_COLOURS, error=None if stats.ok else stats)
+
+
+@blueprint.get("/console/requests")
+@hide
+async def requests_log() -> Response:
+    user = await signed_in_user()
+    if user is None:
+        return see_other(SIGN_IN)
+    filters = {name: value for name in FILTERS
+               if (value := request.args.get(name, "").strip())}
+    keys = (await call("GET", "/me/api-keys", query={"limit": "100"})).body.get("keys", [])
+    logged = await call("GET", "/me/api-keys/calls", query={**filters, "limit": "100"})
+    return await page("requests.html", user=user, keys=keys, filters=filters,
+                      calls=logged.body.get("calls", []), error=None if logged.ok else logged)
