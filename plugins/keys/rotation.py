@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, Response
 from quart_schema import document_response, validate_request
 from sqlalchemy import Connection, update
@@ -26,6 +26,7 @@ from runtime import idempotency
 from runtime.context import current_context, require_user
 from runtime.errors import NotFound
 from runtime.http import current_service, json_response
+from runtime.inputs import Body
 from runtime.wire import utcnow
 
 MAX_OVERLAP_SECONDS = 7 * 86400
@@ -33,10 +34,9 @@ MAX_OVERLAP_SECONDS = 7 * 86400
 blueprint = Blueprint("keys_rotation", __name__)
 
 
-class RotateKey(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"overlap_seconds": 3600}]})
-    overlap_seconds: StrictInt = Field(0, ge=0, le=MAX_OVERLAP_SECONDS,
+class RotateKey(Body):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"overlap_seconds": 3600}]})
+    overlap_seconds: int = Field(0, ge=0, le=MAX_OVERLAP_SECONDS,
                                        description="how long the old key keeps working")
 
 
