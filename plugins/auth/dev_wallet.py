@@ -18,9 +18,7 @@ is the client's own sign-in, so there is one SIWE client, the one integrators us
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
-import os
 import shlex
 import sys
 import time
@@ -30,13 +28,18 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from runtime.dev_wallet import (
+    DEV_TEMPLATE,
+    KEY_FILE,
+    available,
+    placeholder_instance,
+    wallet_key,
+)
 from runtime.hooktypes import Command
 
 if TYPE_CHECKING:
     from runtime.service import Service
 
-KEY_FILE = "dev-wallet.key"
-DEV_TEMPLATE = "dpnm"  # the template of development tokens (nothing is deployed)
 
 
 @dataclass(frozen=True)
@@ -50,27 +53,6 @@ class DevSignIn:
     token_slug: str | None
     api_key_name: str | None
     wait_seconds: float
-
-
-def wallet_key(path: Path) -> str:
-    """The development wallet's private key (hex), created on first use (mode 0600)."""
-    from eth_account import Account
-
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another run created it first: use that one
-        else:
-            with os.fdopen(fd, "w", encoding="ascii") as handle:
-                handle.write("0x" + Account.create().key.hex().removeprefix("0x") + "\n")
-    return path.read_text(encoding="ascii").strip()
-
-
-def placeholder_instance(slug: str) -> str:
-    """A stable made-up contract address for a development token (nothing is deployed)."""
-    return "0x" + hashlib.sha256(f"flowsvc-dev-token:{slug}".encode()).hexdigest()[:40]
 
 
 def _wait_until_serving(url: str, seconds: float) -> None:
@@ -138,7 +120,7 @@ async def _run(service: Service, args: argparse.Namespace) -> int:
     from plugins.auth.state import AUTH
 
     settings = service.settings
-    if not settings.embedded or settings.service.environment == "production":
+    if not available(settings):
         print("flowsvc dev-wallet: refused: only for the embedded default (SQLite, no Redis, "
               "not production)", file=sys.stderr)
         return 2

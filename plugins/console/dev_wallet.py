@@ -11,10 +11,6 @@ answer 404 and the sign-in page offers neither.
 
 from __future__ import annotations
 
-import hashlib
-import os
-from pathlib import Path
-
 import trio
 from eth_account import Account
 from eth_account.messages import encode_defunct
@@ -26,33 +22,17 @@ from plugins.console.deployment import dev_wallet_available
 from plugins.console.projects import index_page
 from plugins.console.security import check_csrf
 from plugins.console.session import SIGN_IN, after_form, see_other, signed_in_user
+from runtime.dev_wallet import DEV_TEMPLATE, KEY_FILE, placeholder_instance, wallet_key
 from runtime.errors import NotFound
 from runtime.http import current_service
 
 blueprint = Blueprint("console_dev_wallet", __name__)
-KEY_FILE = "dev-wallet.key"  # the file flowsvc dev-wallet uses
-DEV_TEMPLATE = "dpnm"
 DEV_CHAIN_ID = 56
 
 
 def _check_available() -> None:
     if not dev_wallet_available():
         raise NotFound("the development wallet is only for the embedded default")
-
-
-def _wallet_key(path: Path) -> str:
-    """The key of ``path``, created (mode 0600) when there is none; a concurrent creator's
-    key wins."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w", encoding="ascii") as handle:
-                handle.write("0x" + Account.create().key.hex().removeprefix("0x") + "\n")
-    return path.read_text(encoding="ascii").strip()
 
 
 def _signature(key: str, message: str) -> str:
@@ -67,7 +47,7 @@ async def sign_in() -> Response:
     await check_csrf()
     _check_available()
     key = await trio.to_thread.run_sync(
-        _wallet_key, current_service().settings.service.var_dir / KEY_FILE)
+        wallet_key, current_service().settings.service.var_dir / KEY_FILE)
     address = Account.from_key(key).address.lower()
     issued = await call("POST", "/auth/nonce", body={"address": address})
     if not issued.ok:
@@ -77,11 +57,6 @@ async def sign_in() -> Response:
     verified = await call("POST", "/auth/verify", body={
         "address": address, "message": message, "signature": signature})
     return see_other("/console/projects" if verified.ok else SIGN_IN, verified.set_cookies)
-
-
-def placeholder_instance(slug: str) -> str:
-    """The made-up contract address ``flowsvc dev-wallet`` gives a development token."""
-    return "0x" + hashlib.sha256(f"flowsvc-dev-token:{slug}".encode()).hexdigest()[:40]
 
 
 @blueprint.post("/console/projects/dev-token")

@@ -16,8 +16,9 @@ import httpx
 import pytest
 from eth_account import Account
 
-from plugins.auth.dev_wallet import DEV_WALLET, KEY_FILE
+from plugins.auth.dev_wallet import DEV_WALLET
 from runtime.bootstrap import open_service
+from runtime.dev_wallet import KEY_FILE
 from tests.support.server import INTERNAL, make_settings, running_server, settings_env
 
 
