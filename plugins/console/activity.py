@@ -17,7 +17,7 @@ WINDOWS = ("hour", "day", "week", "month")
 SINCE = ("day", "week", "month", "all")  # what GET /me/api-keys/<id>/usage takes
 OUTCOME_COLOURS = {"ok": "#2b7a3d", "402": "#8a6d00", "429": "#b35c00", "4xx": "#a4161a",
                    "5xx": "#5a189a"}
-FILTERS = ("key_id", "status", "route")
+FILTERS = ("key_id", "status", "route", "request_id")
 
 
 def outcome_bars(stats: list[dict[str, Any]], names: dict[str, str]) -> list[dict[str, Any]]:

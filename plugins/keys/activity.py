@@ -48,6 +48,7 @@ class LogQuery(BaseModel):
     key_id: int | None = Field(None, ge=1)
     status: int | None = Field(None, ge=100, le=599)
     route: str | None = Field(None, max_length=255)
+    request_id: str | None = Field(None, max_length=128)
     limit: int = Field(50, ge=1)
 
 
@@ -138,7 +139,8 @@ def _public_call(row: Any) -> dict[str, Any]:
     return {"id": str(row.id), "key_id": str(row.key_id), "at": iso(as_utc(row.at)),
             "kind": row.kind, "method": row.method, "route": row.route, "status": row.status,
             "cost_flow": format_flow(row.cost), "model": row.model,
-            "latency_ms": None if row.latency_us is None else round(row.latency_us / 1000, 3)}
+            "latency_ms": None if row.latency_us is None else round(row.latency_us / 1000, 3),
+            "request_id": row.request_id}
 
 
 def _callers_rows(user_id: int) -> Any:
@@ -156,6 +158,8 @@ def call_log(connection: Connection, user_id: int, query: LogQuery) -> list[dict
         select_rows = select_rows.where(usage.status == query.status)
     if query.route:
         select_rows = select_rows.where(usage.route == query.route)
+    if query.request_id:
+        select_rows = select_rows.where(usage.request_id == query.request_id)
     rows = connection.execute(select_rows.order_by(usage.id.desc())
                               .limit(min(query.limit, LOG_MAX)))
     return [_public_call(row) for row in rows]
@@ -214,8 +218,9 @@ async def series(key_id: int, query_args: StatsQuery) -> Response:
 @validate_querystring(LogQuery)
 @document_response(LogResponse, 200)
 async def calls(query_args: LogQuery) -> Response:
-    """The request log of all the caller's keys, newest first, filtered by key, status and
-    route; ``limit`` is clamped to 200."""
+    """The request log of all the caller's keys, newest first, filtered by key, status,
+    route and request id (the ``X-Request-Id`` the call was answered with); ``limit`` is
+    clamped to 200."""
     user_id = require_user().user_id
     return json_response({"calls": await current_service().db.read(call_log, user_id,
                                                                    query_args)})

@@ -60,6 +60,12 @@ async def test_the_log_filters_and_the_bars_count_outcomes(server: Running) -> N
         assert only_404.count("<tr><td>") == 1 and "<td>404</td>" in only_404
         by_key = (await http.get("/console/requests", params={"key_id": second["id"]})).text
         assert by_key.count("<tr><td>") == 1 and "/me/api-keys" in by_key
+        request_id = re.search(r'href="/console/requests\?request_id=([^"]+)"', by_key)
+        assert request_id is not None
+        by_request = (await http.get("/console/requests",
+                                     params={"request_id": request_id.group(1)})).text
+        assert by_request.count("<tr><td>") == 1 and "/me/api-keys" in by_request
+        assert f'name="request_id" maxlength="128" value="{request_id.group(1)}"' in by_request
         usage = (await http.get("/console/usage", params={"window": "hour"})).text
         first_bar = re.search(rf'id="bar-{first["id"]}".*?</tr>', usage, re.S)
         assert first_bar is not None and 'aria-label="ok 1, 4xx 1"' in first_bar.group(0)

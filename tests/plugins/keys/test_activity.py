@@ -126,6 +126,36 @@ async def test_the_request_log_filters_and_never_shows_another_users_calls(serve
         assert await log(key_id=foreign["id"]) == []
 
 
+async def test_the_request_log_finds_a_call_by_its_request_id(server: Running) -> None:
+    async with client(server) as http, client(server) as other:
+        await sign_in(http)
+        await sign_in(other)
+        key = await create_key(http, rate_limit_rpm=0)
+        async with client(server, headers={"x-api-key": key["raw_key"]}) as caller:
+            assigned = (await caller.get("/me")).headers["x-request-id"]
+            chosen = await caller.get("/no-such-route", headers={"X-Request-Id": "trace-42.a"})
+            assert chosen.headers["x-request-id"] == "trace-42.a"
+            await caller.get("/me")
+        await wait_for_calls(http, key["id"], 3)
+
+        async def log(caller: httpx.AsyncClient, request_id: str) -> list[dict[str, Any]]:
+            answer = await caller.get("/me/api-keys/calls", params={"request_id": request_id})
+            assert answer.status_code == 200, answer.text
+            calls: list[dict[str, Any]] = answer.json()["calls"]
+            return calls
+
+        found = await log(http, assigned)
+        assert [(call["route"], call["request_id"]) for call in found] == [("/me", assigned)]
+        assert [call["status"] for call in await log(http, "trace-42.a")] == [404]
+        assert await log(http, "no-such-id") == []
+        assert await log(other, "trace-42.a") == []  # another user's call stays out of reach
+        recent = (await http.get(f"/me/api-keys/{key['id']}/recent")).json()["calls"]
+        assert {call["request_id"] for call in recent} >= {assigned, "trace-42.a"}
+        too_long = await http.get("/me/api-keys/calls", params={"request_id": "x" * 129})
+        assert too_long.status_code == 400
+        assert too_long.json()["error"]["code"] == "invalid_request"
+
+
 async def test_the_tail_streams_new_calls_and_resumes_after_last_event_id(server: Running
                                                                           ) -> None:
     async with client(server) as http, client(server) as other:
