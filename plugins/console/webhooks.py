@@ -11,14 +11,14 @@ from typing import Any
 from quart import Blueprint, Response, request
 from quart_schema import hide
 
-from plugins.console.api import Answer, call
+from plugins.console.api import Answer, call, page_query
 from plugins.console.security import check_csrf, page
 from plugins.console.session import SIGN_IN, after_form, see_other, signed_in_user
 
 blueprint = Blueprint("console_webhooks", __name__, template_folder="templates")
 WEBHOOKS = "/console/webhooks"
 STATES = ("pending", "delivered", "failed")
-DELIVERIES_PAGE = "50"  # the default; ?limit= in the URL changes it (the API clamps to 100)
+DELIVERIES_PAGE = 50  # ?limit= in the URL changes it
 
 
 async def _list_page(*, status: int = 200, error: Answer | None = None,
@@ -69,17 +69,15 @@ async def _detail_page(webhook_id: int, *, status: int = 200, error: Answer | No
     filters = {name: value for name, value in (("state", state),
                                                ("event", request.args.get("event", "")))
                if value}
-    limit = request.args.get("limit", "")
-    if limit.isascii() and limit.isdigit() and 0 < int(limit) <= 100:
-        filters["limit"] = limit
-    cursor = request.args.get("cursor", "")
-    query = {"limit": DELIVERIES_PAGE, **filters, **({"cursor": cursor} if cursor else {})}
-    listed = await call("GET", f"/me/webhooks/{webhook_id}/deliveries", query=query)
+    paging = page_query(DELIVERIES_PAGE)
+    listed = await call("GET", f"/me/webhooks/{webhook_id}/deliveries",
+                        query={**filters, **paging})
     catalogue = await call("GET", "/me/webhooks/events")
     return await page("webhook.html", status=status, no_store=revealed is not None, user=user,
                       webhook=shown.body["webhook"],
                       deliveries=listed.body.get("deliveries", []), states=STATES,
-                      state=state, event=filters.get("event", ""), filters=filters,
+                      state=state, event=filters.get("event", ""),
+                      older={**filters, "limit": paging["limit"]},
                       next_cursor=listed.body.get("nextCursor"),
                       catalogue=catalogue.body.get("events", []),
                       revealed=revealed, notice=notice,
