@@ -72,6 +72,15 @@ async def test_the_log_filters_and_the_bars_count_outcomes(server: Running) -> N
         over_time = (await http.get("/console/usage", params={"window": "hour",
                                                               "key_id": first["id"]})).text
         assert 'aria-label="2 requests in 12 buckets"' in over_time
+        by_model = (await http.get("/console/usage", params={
+            "window": "hour", "key_id": first["id"], "by": "model"})).text
+        assert 'aria-label="2 calls in 12 buckets"' in by_model
+        assert '<option value="model" selected>' in by_model
+        drawn = re.findall(r"<title>[^<]*: (route:[a-z_]+) (\d+)</title></rect>", by_model)
+        totals: dict[str, int] = {}
+        for model, count in drawn:
+            totals[model] = totals.get(model, 0) + int(count)
+        assert totals == {"route:auth": 1, "route:unmatched": 1}
 
 
 async def test_rotating_from_the_keys_page_shows_the_new_key_once(server: Running) -> None:
