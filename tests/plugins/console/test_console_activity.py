@@ -33,12 +33,14 @@ async def test_the_live_tail_shows_a_call_within_a_second(server: Running, tmp_p
         await browser.wait_for("document.getElementById('tail-status').textContent"
                                ".startsWith('Live')")
         async with client(server, headers={"x-api-key": key["raw_key"]}) as caller:
-            assert (await caller.get("/me/api-keys")).status_code == 200
+            answered = await caller.get("/me/api-keys")
+            assert answered.status_code == 200
         called = trio.current_time()
         shown = await browser.wait_for("document.querySelector('#tail li')?.textContent",
                                        seconds=10)
         assert trio.current_time() - called < 1.0
         assert "/me/api-keys" in shown and f"key {key['id']}" in shown
+        assert answered.headers["x-request-id"] in shown
     assert foreign_requests(browser, base) == []
 
 
