@@ -70,3 +70,13 @@ async def call(method: str, path: str, *, body: dict[str, Any] | None = None,
         decoded = {}
     return Answer(response.status_code, decoded if isinstance(decoded, dict) else {},
                   response.headers.getlist("Set-Cookie"))
+
+
+def page_query(default_limit: int) -> dict[str, str]:
+    """``limit`` and ``cursor`` for a listing the API pages, from the page's own URL (a
+    ``limit`` that is not 1 to 100 is the default; the API judges the cursor)."""
+    limit = request.args.get("limit", "")
+    chosen = limit if limit.isascii() and limit.isdigit() and 0 < int(limit) <= 100 \
+        else str(default_limit)
+    cursor = request.args.get("cursor", "")
+    return {"limit": chosen, **({"cursor": cursor} if cursor else {})}

@@ -1,4 +1,5 @@
-"""The console's projects pages: create a project on a token the caller owns, start a run,
+"""The console's projects pages: the caller's projects (``GET /me/projects``, 50 a page),
+create a project on a token the caller owns, start a run,
 and watch it (``static/build.js``: the plan's steps above the raw event log, commits,
 screenshots and the preview in a sandboxed frame, from ``GET /projects/<slug>/stream``,
 which EventSource resumes with ``Last-Event-ID``). Private projects are the owner's only:
@@ -9,7 +10,7 @@ from __future__ import annotations
 from quart import Blueprint, Response, request
 from quart_schema import hide
 
-from plugins.console.api import Answer, call
+from plugins.console.api import Answer, call, page_query
 from plugins.console.deployment import dev_wallet_available
 from plugins.console.security import check_csrf, page
 from plugins.console.session import SIGN_IN, after_form, see_other, signed_in_user
@@ -18,6 +19,7 @@ from runtime.http import current_service
 blueprint = Blueprint("console_projects", __name__, template_folder="templates")
 PROJECTS = "/console/projects"
 TEMPLATES = ("fullstack-builder", "bot-builder", "content-machine", "research-agent")
+PROJECTS_PAGE = 50  # ?limit= in the URL changes it
 
 
 async def index_page(*, status: int = 200, error: Answer | None = None,
@@ -26,7 +28,12 @@ async def index_page(*, status: int = 200, error: Answer | None = None,
     if user is None:
         return see_other(SIGN_IN)
     chosen = {"tokenSlug": request.args.get("token", ""), **(form or {})}
-    return await page("projects.html", status=status, user=user, error=error,
+    paging = page_query(PROJECTS_PAGE)
+    listed = await call("GET", "/me/projects", query=paging)
+    return await page("projects.html", status=status, user=user,
+                      error=error or (None if listed.ok else listed),
+                      projects=listed.body.get("projects", []),
+                      next_cursor=listed.body.get("nextCursor"), limit=paging["limit"],
                       templates=TEMPLATES, form=chosen, dev_wallet=dev_wallet_available())
 
 

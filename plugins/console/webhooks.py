@@ -1,7 +1,7 @@
 """The console's webhooks pages: endpoints and their events, the signing secret shown on the
 answer to a create or a rotation only (``no-store``), deliveries with their attempts filtered
-by state and event type, resend one, recover failed since a time, a test event, and the
-event catalogue. Everything goes through ``/me/webhooks``."""
+by state and event type by the API, a page at a time, resend one, recover failed since a
+time, a test event, and the event catalogue. Everything goes through ``/me/webhooks``."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from typing import Any
 from quart import Blueprint, Response, request
 from quart_schema import hide
 
-from plugins.console.api import Answer, call
+from plugins.console.api import Answer, call, page_query
 from plugins.console.security import check_csrf, page
 from plugins.console.session import SIGN_IN, after_form, see_other, signed_in_user
 
 blueprint = Blueprint("console_webhooks", __name__, template_folder="templates")
 WEBHOOKS = "/console/webhooks"
 STATES = ("pending", "delivered", "failed")
+DELIVERIES_PAGE = 50  # ?limit= in the URL changes it
 
 
 async def _list_page(*, status: int = 200, error: Answer | None = None,
@@ -64,15 +65,21 @@ async def _detail_page(webhook_id: int, *, status: int = 200, error: Answer | No
         return await page("webhooks.html", status=shown.status, user=user, webhooks=[],
                           catalogue=[], revealed=None, error=shown)
     state = request.args.get("state", "")
-    event = request.args.get("event", "")
-    query = {"limit": "100", **({"state": state} if state in STATES else {})}
-    listed = await call("GET", f"/me/webhooks/{webhook_id}/deliveries", query=query)
-    deliveries = [delivery for delivery in listed.body.get("deliveries", [])
-                  if not event or delivery["event"] == event]
+    state = state if state in STATES else ""
+    filters = {name: value for name, value in (("state", state),
+                                               ("event", request.args.get("event", "")))
+               if value}
+    paging = page_query(DELIVERIES_PAGE)
+    listed = await call("GET", f"/me/webhooks/{webhook_id}/deliveries",
+                        query={**filters, **paging})
     catalogue = await call("GET", "/me/webhooks/events")
     return await page("webhook.html", status=status, no_store=revealed is not None, user=user,
-                      webhook=shown.body["webhook"], deliveries=deliveries, states=STATES,
-                      state=state, event=event, catalogue=catalogue.body.get("events", []),
+                      webhook=shown.body["webhook"],
+                      deliveries=listed.body.get("deliveries", []), states=STATES,
+                      state=state, event=filters.get("event", ""),
+                      older={**filters, "limit": paging["limit"]},
+                      next_cursor=listed.body.get("nextCursor"),
+                      catalogue=catalogue.body.get("events", []),
                       revealed=revealed, notice=notice,
                       error=error or (None if listed.ok else listed))
 

@@ -44,10 +44,17 @@ class StatsQuery(BaseModel):
     window: Window = "day"
 
 
+class SeriesQuery(StatsQuery):
+    by: Literal["outcome", "model"] = Field("outcome", description="outcome: each bucket's "
+                                            "requests by outcome; model: each bucket's calls "
+                                            "(requests and charges) and cost by model")
+
+
 class LogQuery(BaseModel):
     key_id: int | None = Field(None, ge=1)
     status: int | None = Field(None, ge=100, le=599)
     route: str | None = Field(None, max_length=255)
+    request_id: str | None = Field(None, max_length=128)
     limit: int = Field(50, ge=1)
 
 
@@ -71,6 +78,9 @@ class StatsResponse(BaseModel):
 class SeriesResponse(BaseModel):
     key_id: str
     window: Window
+    by: Literal["outcome", "model"]
+    models: list[str] | None = Field(None, description="by=model: every model in the "
+                                     "window, most calls first")
     # The wire name is "from", a Python keyword.
     since: str = Field(alias="from")
     bucket_seconds: int
@@ -111,18 +121,26 @@ def key_stats(connection: Connection, user_id: int, since: datetime) -> list[dic
             for row in connection.execute(query)]
 
 
+def _owns(connection: Connection, user_id: int, key_id: int) -> bool:
+    keys = api_keys.c
+    return connection.execute(select(keys.id).where(keys.id == key_id,
+                                                    keys.user_id == user_id)).first() is not None
+
+
+def _bucket(since: datetime, width: int) -> Any:
+    offset = func.extract("epoch", api_key_usage.c.at) - since.timestamp()
+    return func.floor(offset / width).label("bucket")
+
+
 def key_series(connection: Connection, user_id: int, key_id: int, since: datetime,
                width: int, count: int) -> list[dict[str, Any]] | None:
     """The key's requests by outcome in ``count`` buckets of ``width`` seconds from
     ``since``, counted by the database (one grouped query); None when ``user_id`` has no
     such key."""
-    usage, keys = api_key_usage.c, api_keys.c
-    owned = connection.execute(select(keys.id).where(keys.id == key_id,
-                                                     keys.user_id == user_id)).first()
-    if owned is None:
+    usage = api_key_usage.c
+    if not _owns(connection, user_id, key_id):
         return None
-    offset = func.extract("epoch", usage.at) - since.timestamp()
-    bucket = func.floor(offset / width).label("bucket")
+    bucket = _bucket(since, width)
     rows = connection.execute(
         select(bucket, *_outcome_columns())
         .where(usage.key_id == key_id, usage.at >= since, usage.kind == "request")
@@ -134,11 +152,38 @@ def key_series(connection: Connection, user_id: int, key_id: int, since: datetim
              "outcomes": counted.get(index, empty)} for index in range(count)]
 
 
+def key_series_by_model(connection: Connection, user_id: int, key_id: int, since: datetime,
+                        width: int, count: int
+                        ) -> tuple[list[str], list[dict[str, Any]]] | None:
+    """The key's calls (requests and charges) and their cost by model in ``count`` buckets
+    of ``width`` seconds from ``since`` (one grouped query), and the models, most calls
+    first; None when ``user_id`` has no such key."""
+    usage = api_key_usage.c
+    if not _owns(connection, user_id, key_id):
+        return None
+    bucket = _bucket(since, width)
+    model = func.coalesce(usage.model, "unknown").label("model")
+    rows = connection.execute(
+        select(bucket, model, func.count().label("calls"),
+               func.coalesce(func.sum(usage.cost), 0).label("cost"))
+        .where(usage.key_id == key_id, usage.at >= since).group_by(bucket, model))
+    counted: dict[int, dict[str, dict[str, Any]]] = {}
+    totals: dict[str, int] = {}
+    for row in rows:
+        counted.setdefault(int(row.bucket), {})[row.model] = {
+            "calls": int(row.calls), "cost_flow": format_flow(int(row.cost))}
+        totals[row.model] = totals.get(row.model, 0) + int(row.calls)
+    models = sorted(totals, key=lambda name: (-totals[name], name))
+    return models, [{"from": iso(since + timedelta(seconds=index * width)),
+                     "models": counted.get(index, {})} for index in range(count)]
+
+
 def _public_call(row: Any) -> dict[str, Any]:
     return {"id": str(row.id), "key_id": str(row.key_id), "at": iso(as_utc(row.at)),
             "kind": row.kind, "method": row.method, "route": row.route, "status": row.status,
             "cost_flow": format_flow(row.cost), "model": row.model,
-            "latency_ms": None if row.latency_us is None else round(row.latency_us / 1000, 3)}
+            "latency_ms": None if row.latency_us is None else round(row.latency_us / 1000, 3),
+            "request_id": row.request_id}
 
 
 def _callers_rows(user_id: int) -> Any:
@@ -156,6 +201,8 @@ def call_log(connection: Connection, user_id: int, query: LogQuery) -> list[dict
         select_rows = select_rows.where(usage.status == query.status)
     if query.route:
         select_rows = select_rows.where(usage.route == query.route)
+    if query.request_id:
+        select_rows = select_rows.where(usage.request_id == query.request_id)
     rows = connection.execute(select_rows.order_by(usage.id.desc())
                               .limit(min(query.limit, LOG_MAX)))
     return [_public_call(row) for row in rows]
@@ -191,31 +238,40 @@ async def stats(query_args: StatsQuery) -> Response:
 
 
 @blueprint.get("/me/api-keys/<int:key_id>/series")
-@validate_querystring(StatsQuery)
+@validate_querystring(SeriesQuery)
 @document_response(SeriesResponse, 200)
-async def series(key_id: int, query_args: StatsQuery) -> Response:
-    """The key's requests by outcome over time: 12 five-minute buckets for ``hour``, 24
-    hours for ``day``, 28 six-hour buckets for ``week``, 30 days for ``month``."""
+async def series(key_id: int, query_args: SeriesQuery) -> Response:
+    """The key's requests by outcome (``by=outcome``), or its calls and cost by model
+    (``by=model``), over time: 12 five-minute buckets for ``hour``, 24 hours for ``day``,
+    28 six-hour buckets for ``week``, 30 days for ``month``."""
     user_id = require_user().user_id
     width = BUCKETS[query_args.window]
     count = int(WINDOWS[query_args.window].total_seconds()) // width
     now = utcnow()
     since = datetime.fromtimestamp((now.timestamp() // width + 1) * width - count * width,
                                    tz=now.tzinfo)
-    buckets = await current_service().db.read(key_series, user_id, key_id, since, width,
-                                              count)
-    if buckets is None:
-        raise NotFound(f"you have no API key {key_id}")
-    return json_response({"key_id": str(key_id), "window": query_args.window,
-                          "from": iso(since), "bucket_seconds": width, "buckets": buckets})
+    db = current_service().db
+    answer: dict[str, Any] = {"key_id": str(key_id), "window": query_args.window,
+                              "by": query_args.by, "from": iso(since), "bucket_seconds": width}
+    if query_args.by == "model":
+        by_model = await db.read(key_series_by_model, user_id, key_id, since, width, count)
+        if by_model is None:
+            raise NotFound(f"you have no API key {key_id}")
+        answer["models"], answer["buckets"] = by_model
+    else:
+        answer["buckets"] = await db.read(key_series, user_id, key_id, since, width, count)
+        if answer["buckets"] is None:
+            raise NotFound(f"you have no API key {key_id}")
+    return json_response(answer)
 
 
 @blueprint.get("/me/api-keys/calls")
 @validate_querystring(LogQuery)
 @document_response(LogResponse, 200)
 async def calls(query_args: LogQuery) -> Response:
-    """The request log of all the caller's keys, newest first, filtered by key, status and
-    route; ``limit`` is clamped to 200."""
+    """The request log of all the caller's keys, newest first, filtered by key, status,
+    route and request id (the ``X-Request-Id`` the call was answered with); ``limit`` is
+    clamped to 200."""
     user_id = require_user().user_id
     return json_response({"calls": await current_service().db.read(call_log, user_id,
                                                                    query_args)})

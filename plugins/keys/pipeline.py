@@ -143,19 +143,19 @@ def finish(service: Service, request: Request, response: Response,
         return None
     admission = call.admission
     if admission is not None and response.status_code >= 400 and admission.cost > 0:
-        return _refund_and_complete(service, request, response, call, admission,
-                                    context.started)
-    _complete(service, request, response, call, admission, context.started)
+        return _refund_and_complete(service, request, response, call, admission, context)
+    _complete(service, request, response, call, admission, context)
     return None
 
 
 async def _refund_and_complete(service: Service, request: Request, response: Response,
-                               call: KeyCall, admission: Admission, started: float) -> None:
-    _complete(service, request, response, call, await _refund(service, admission), started)
+                               call: KeyCall, admission: Admission,
+                               context: RequestContext) -> None:
+    _complete(service, request, response, call, await _refund(service, admission), context)
 
 
 def _complete(service: Service, request: Request, response: Response, call: KeyCall,
-              admission: Admission | None, started: float) -> None:
+              admission: Admission | None, context: RequestContext) -> None:
     if admission is not None:
         response.headers.extend(admission.headers())
     route = request.url_rule.rule if request.url_rule else None
@@ -163,7 +163,9 @@ def _complete(service: Service, request: Request, response: Response, call: KeyC
     service.state(KEYS).usage.log(UsageEntry(
         key_id=call.record.id, at=datetime.now(UTC), kind="request", method=request.method,
         route=route, status=response.status_code, cost=admission.cost if admission else 0,
-        model=f"route:{group}", latency_us=int((time.perf_counter() - started) * 1_000_000)))
+        model=f"route:{group}",
+        latency_us=int((time.perf_counter() - context.started) * 1_000_000),
+        request_id=context.request_id))
 
 
 async def _refund(service: Service, admission: Admission) -> Admission:

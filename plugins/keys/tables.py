@@ -59,8 +59,11 @@ api_key_usage = Table(
     Column("cost", BigInteger, nullable=False),
     Column("model", String(64), nullable=True),
     Column("latency_us", BigInteger, nullable=True),
+    # The X-Request-Id of the request (keys_0003); None for a charge.
+    Column("request_id", String(128), nullable=True),
     Index("ix_api_key_usage_key_id_at", "key_id", "at"),
     Index("ix_api_key_usage_at", "at"),
+    Index("ix_api_key_usage_request_id", "request_id"),
 )
 
 key_charges = Table(

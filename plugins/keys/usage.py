@@ -59,6 +59,7 @@ class UsageEntry(NamedTuple):
     cost: int
     model: str | None
     latency_us: int | None
+    request_id: str | None = None  # the request's X-Request-Id
 
 
 class UsageLog:
@@ -122,7 +123,8 @@ def write_entries(connection: Connection, entries: list[UsageEntry]) -> None:
     connection.execute(insert(api_key_usage), [
         {"key_id": entry.key_id, "at": entry.at, "kind": entry.kind, "method": entry.method,
          "route": entry.route, "status": entry.status, "cost": entry.cost,
-         "model": entry.model, "latency_us": entry.latency_us} for entry in entries])
+         "model": entry.model, "latency_us": entry.latency_us,
+         "request_id": entry.request_id} for entry in entries])
     newest: dict[int, datetime] = {}
     for entry in entries:
         newest[entry.key_id] = max(entry.at, newest.get(entry.key_id, entry.at))
@@ -241,5 +243,6 @@ def recent(connection: Connection, key_id: int, limit: int) -> list[dict[str, An
     return [{"at": iso(as_utc(row.at)), "kind": row.kind, "method": row.method,
              "route": row.route, "status": row.status, "cost_flow": format_flow(row.cost),
              "model": row.model,
-             "latency_ms": None if row.latency_us is None else round(row.latency_us / 1000, 3)}
+             "latency_ms": None if row.latency_us is None else round(row.latency_us / 1000, 3),
+             "request_id": row.request_id}
             for row in rows]

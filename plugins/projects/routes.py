@@ -14,7 +14,7 @@ from typing import Any, Literal
 import trio
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from quart import Blueprint, Response
-from quart_schema import document_response, validate_request
+from quart_schema import document_response, validate_querystring, validate_request
 
 from plugins.projects.downloads import artifact, project_file
 from plugins.projects.engine.ending import artifact_url
@@ -36,6 +36,7 @@ from plugins.projects.records.projects import (
     cancel_idle,
     create_project,
     get_project_by_id,
+    list_owned,
 )
 from plugins.projects.records.subscribers import subscribe, unsubscribe
 from plugins.projects.state import PROJECTS_STATE
@@ -47,6 +48,7 @@ from runtime.inputs import Body
 from runtime.openapi import Success, answers
 from runtime.service import Service
 from runtime.users import get_user
+from runtime.wire import iso
 
 blueprint = Blueprint("projects", __name__)
 blueprint.add_url_rule("/projects/<slug>/files/<path:path>", view_func=project_file,
@@ -57,6 +59,7 @@ blueprint.add_url_rule("/projects/<slug>/preview/<path:path>", view_func=project
                        methods=["GET"])
 blueprint.before_app_request(serve_preview_host)
 CANCEL_WAIT_SECONDS = 5.0
+PAGE_DEFAULT, PAGE_MAX = 20, 100
 _POLL_SECONDS = 0.05
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\r?\n")
 
@@ -125,6 +128,25 @@ class ProjectView(ProjectSummary):
     artifactUrl: str | None
 
 
+class ProjectPageQuery(BaseModel):
+    limit: int = Field(PAGE_DEFAULT, ge=1, description="page size; more than 100 is clamped "
+                       "to 100")
+    cursor: str | None = Field(None, pattern=r"^[0-9]{1,19}$", description="nextCursor of the "
+                               "previous page")
+
+
+class ProjectListItem(ProjectSummary):
+    title: str
+    agentTemplate: str
+    private: bool
+    updatedAt: str
+
+
+class ProjectListResponse(BaseModel):
+    projects: list[ProjectListItem]
+    nextCursor: str | None
+
+
 class StartResponse(BaseModel):
     runId: str
 
@@ -174,6 +196,25 @@ async def create(data: CreateProjectRequest) -> Response:
         owner_address=principal.address, token_slug=data.tokenSlug, title=data.title,
         brief=data.brief, agent_template=data.agentTemplate, private=data.private))
     return json_response(project.summary(), 201)
+
+
+@blueprint.get("/me/projects")
+@caller_first(require_user)
+@validate_querystring(ProjectPageQuery)
+@document_response(ProjectListResponse, 200)
+async def list_mine(query_args: ProjectPageQuery) -> Response:
+    """The caller's own projects (private ones included), newest first, a page at a time."""
+    principal = require_user()
+    limit = min(query_args.limit, PAGE_MAX)
+    found = await current_service().db.read(
+        list_owned, principal.user_id, int(query_args.cursor) if query_args.cursor else None,
+        limit + 1)
+    page = found[:limit]
+    return json_response({
+        "projects": [{**project.summary(), "title": project.title,
+                      "agentTemplate": project.agent_template, "private": project.private,
+                      "updatedAt": iso(project.updated_at)} for project in page],
+        "nextCursor": str(page[-1].id) if len(found) > limit else None})
 
 
 @blueprint.get("/projects/<slug>")

@@ -57,16 +57,19 @@ def _with_attempts(connection: Connection, rows: list[Any]) -> list[dict[str, An
 
 
 def list_deliveries(connection: Connection, user_id: int, subscription_id: int, *, limit: int,
-                    before: int | None, state: str | None
+                    before: int | None, state: str | None, event: str | None
                     ) -> tuple[list[dict[str, Any]], str | None]:
-    """The subscription's deliveries, newest first, each with its latest attempts; and the
-    cursor of the next page (None on the last page)."""
+    """The subscription's deliveries (of ``event`` type and in ``state``, when given), newest
+    first, each with its latest attempts; and the cursor of the next page (None on the last
+    page)."""
     subscription = get_subscription(connection, user_id, subscription_id)
     query = _delivery_rows(subscription.id)
     if before is not None:
         query = query.where(deliveries.c.id < before)
     if state is not None:
         query = query.where(deliveries.c.state == state)
+    if event is not None:
+        query = query.where(events.c.name == event)
     rows = connection.execute(query.order_by(deliveries.c.id.desc()).limit(limit + 1)).all()
     page = list(rows[:limit])
     cursor = str(page[-1].id) if len(rows) > limit else None

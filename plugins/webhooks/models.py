@@ -30,6 +30,8 @@ class DeliveriesQuery(BaseModel):
     cursor: str | None = Field(None, pattern=r"^[0-9]{1,19}$", description="nextCursor of the "
                                "previous page")
     state: DeliveryState | None = None
+    event: str | None = Field(None, min_length=1, max_length=128, description="only "
+                              "deliveries of this event type (e.g. webhook.ping)")
 
 
 class WebhookOut(BaseModel):

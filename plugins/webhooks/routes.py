@@ -181,12 +181,13 @@ async def test_ping(webhook_id: int) -> Response:
 @validate_querystring(DeliveriesQuery)
 @document_response(DeliveryListResponse, 200)
 async def deliveries(webhook_id: int, query_args: DeliveriesQuery) -> Response:
-    """Recent deliveries, newest first, each with its attempts (status, error, timing)."""
+    """Recent deliveries, newest first, each with its attempts (status, error, timing);
+    ``state`` and ``event`` keep only deliveries in that state, of that event type."""
     principal = require_user()
     items, cursor = await current_service().db.read(
         partial(list_deliveries, limit=min(query_args.limit, MAX_PAGE),
                 before=int(query_args.cursor) if query_args.cursor else None,
-                state=query_args.state),
+                state=query_args.state, event=query_args.event),
         principal.user_id, webhook_id)
     return json_response({"deliveries": items, "nextCursor": cursor})
 

@@ -19,7 +19,8 @@
     const item = document.createElement("li");
     item.dataset.id = call.id;
     item.textContent = [call.at, "key " + call.key_id, call.method || call.kind,
-      call.route || "", call.status || "", call.cost_flow + " FLOW"].join("  ");
+      call.route || "", call.status || "", call.cost_flow + " FLOW",
+      call.request_id || ""].join("  ");
     list.prepend(item);
     while (list.children.length > 200) {
       list.lastElementChild.remove();

@@ -86,6 +86,17 @@ def get_project_by_id(connection: Connection, project_id: int) -> Project | None
     return _project(row) if row else None
 
 
+def list_owned(connection: Connection, owner_id: int, before: int | None, limit: int
+               ) -> list[Project]:
+    """Up to ``limit`` of ``owner_id``'s projects with an id below ``before`` (all when None),
+    newest first (ids grow with creation)."""
+    query = select(projects).where(projects.c.owner_id == owner_id)
+    if before is not None:
+        query = query.where(projects.c.id < before)
+    return [_project(row) for row in
+            connection.execute(query.order_by(projects.c.id.desc()).limit(limit))]
+
+
 def slugify(title: str) -> str:
     """``"Luigi's Pizza Site!"`` -> ``"luigi-s-pizza-site"`` (at most 48 characters)."""
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:48].strip("-")

@@ -33,12 +33,14 @@ async def test_the_live_tail_shows_a_call_within_a_second(server: Running, tmp_p
         await browser.wait_for("document.getElementById('tail-status').textContent"
                                ".startsWith('Live')")
         async with client(server, headers={"x-api-key": key["raw_key"]}) as caller:
-            assert (await caller.get("/me/api-keys")).status_code == 200
+            answered = await caller.get("/me/api-keys")
+            assert answered.status_code == 200
         called = trio.current_time()
         shown = await browser.wait_for("document.querySelector('#tail li')?.textContent",
                                        seconds=10)
         assert trio.current_time() - called < 1.0
         assert "/me/api-keys" in shown and f"key {key['id']}" in shown
+        assert answered.headers["x-request-id"] in shown
     assert foreign_requests(browser, base) == []
 
 
@@ -60,12 +62,27 @@ async def test_the_log_filters_and_the_bars_count_outcomes(server: Running) -> N
         assert only_404.count("<tr><td>") == 1 and "<td>404</td>" in only_404
         by_key = (await http.get("/console/requests", params={"key_id": second["id"]})).text
         assert by_key.count("<tr><td>") == 1 and "/me/api-keys" in by_key
+        request_id = re.search(r'href="/console/requests\?request_id=([^"]+)"', by_key)
+        assert request_id is not None
+        by_request = (await http.get("/console/requests",
+                                     params={"request_id": request_id.group(1)})).text
+        assert by_request.count("<tr><td>") == 1 and "/me/api-keys" in by_request
+        assert f'name="request_id" maxlength="128" value="{request_id.group(1)}"' in by_request
         usage = (await http.get("/console/usage", params={"window": "hour"})).text
         first_bar = re.search(rf'id="bar-{first["id"]}".*?</tr>', usage, re.S)
         assert first_bar is not None and 'aria-label="ok 1, 4xx 1"' in first_bar.group(0)
         over_time = (await http.get("/console/usage", params={"window": "hour",
                                                               "key_id": first["id"]})).text
         assert 'aria-label="2 requests in 12 buckets"' in over_time
+        by_model = (await http.get("/console/usage", params={
+            "window": "hour", "key_id": first["id"], "by": "model"})).text
+        assert 'aria-label="2 calls in 12 buckets"' in by_model
+        assert '<option value="model" selected>' in by_model
+        drawn = re.findall(r"<title>[^<]*: (route:[a-z_]+) (\d+)</title></rect>", by_model)
+        totals: dict[str, int] = {}
+        for model, count in drawn:
+            totals[model] = totals.get(model, 0) + int(count)
+        assert totals == {"route:auth": 1, "route:unmatched": 1}
 
 
 async def test_rotating_from_the_keys_page_shows_the_new_key_once(server: Running) -> None:

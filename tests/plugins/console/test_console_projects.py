@@ -4,6 +4,7 @@ screenshot and preview (in a sandboxed frame); a reload replays the run without 
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -136,3 +137,36 @@ async def test_a_private_project_is_its_owners_only(server: Running) -> None:
         refused = await other.get(page)
         assert refused.status_code == 403 and "private_forbidden" in refused.text
         assert "Secret plans" not in refused.text and "data-stream" not in refused.text
+
+
+async def test_the_projects_page_lists_the_callers_projects_with_links(server: Running
+                                                                       ) -> None:
+    async with client(server) as owner, client(server) as other:
+        wallet, _ = await sign_in(owner)
+        slugs = []
+        for token in ("one", "two", "three"):
+            assert (await add_token(server.base_url, token, wallet.address.lower())
+                    ).status_code == 201
+            created = await owner.post("/projects", json={
+                "tokenSlug": token, "title": f"Project {token}", "brief": BRIEF,
+                "agentTemplate": "fullstack-builder"})
+            assert created.status_code == 201, created.text
+            slugs.append(created.json()["slug"])
+
+        def linked(html: str) -> list[str]:
+            return re.findall(r'<tr data-slug="[^"]+"><td><a href="/console/projects/([^"]+)"',
+                              html)
+
+        listing = (await owner.get("/console/projects")).text
+        assert linked(listing) == slugs[::-1] and "Project three" in listing
+        first = (await owner.get("/console/projects", params={"limit": "2"})).text
+        assert linked(first) == slugs[:0:-1]
+        older = re.search(r'id="older-projects" href="([^"]+)"', first)
+        assert older is not None
+        rest = (await owner.get(older.group(1).replace("&amp;", "&"))).text
+        assert linked(rest) == [slugs[0]] and 'id="older-projects"' not in rest
+        opened = await owner.get(f"/console/projects/{slugs[0]}")
+        assert opened.status_code == 200 and "Project one" in opened.text
+        await sign_in(other)
+        theirs = (await other.get("/console/projects")).text
+        assert linked(theirs) == [] and "You have no projects yet." in theirs

@@ -14,10 +14,11 @@ import pytest
 from runtime.server import Running
 from tests.support.chromium import Browser, chromium
 from tests.support.console import fill, foreign_requests
+from tests.support.events import emit_now
 from tests.support.server import client, make_settings, running_server
 from tests.support.wallet import sign_in
 from tests.support.webhook_receiver import Received, Reply, running_receiver
-from tests.support.webhooks import webhook_env
+from tests.support.webhooks import signed_in, subscribe, webhook_env
 
 OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
 
@@ -105,3 +106,35 @@ async def test_a_failing_endpoint_shows_attempts_then_resend_and_recover(
                 answer = await other.post(f"{endpoint}/{action}",
                                           data={"csrf": token.group(1)})
                 assert answer.status_code == 404, action
+
+
+async def test_deliveries_are_filtered_by_event_type_and_paged_by_the_api(
+        tmp_path: Path, backend: tuple[str, str]) -> None:
+    env = webhook_env(tmp_path / "var", backend[0],  # billing declares subscription.granted
+                      plugins=["auth", "keys", "webhooks", "billing", "chain", "console"])
+    async with running_server(make_settings(env), env) as server, client(server) as http, \
+            running_receiver() as receiver:
+        user_id = await signed_in(http)
+        webhook = await subscribe(http, receiver.url())
+        granted = await emit_now(server.service, user_id=user_id, name="subscription.granted",
+                                 data={"tier": "pro", "amount_flow": "0.000000"})
+        pings = [(await http.post(f"/me/webhooks/{webhook['id']}/test")).json()["delivery"]
+                 ["event_id"] for _ in range(3)]
+        page = f"/console/webhooks/{webhook['id']}"
+
+        def shown(html: str) -> list[str]:
+            return re.findall(r'<tr data-event-id="([^"]+)"', html)
+
+        # The only granted delivery is the oldest: a filter over the newest page would miss it.
+        only_granted = await http.get(page, params={"event": "subscription.granted",
+                                                    "limit": "1"})
+        assert shown(only_granted.text) == [granted.id]
+        assert 'id="older-deliveries"' not in only_granted.text
+        first = await http.get(page, params={"event": "webhook.ping", "limit": "2"})
+        assert shown(first.text) == pings[:0:-1]
+        older = re.search(r'id="older-deliveries" href="([^"]+)"', first.text)
+        assert older is not None and "event=webhook.ping" in older.group(1)
+        rest = await http.get(older.group(1).replace("&amp;", "&"))
+        assert shown(rest.text) == [pings[0]] and 'id="older-deliveries"' not in rest.text
+        nothing = await http.get(page, params={"event": "payout.sent"})
+        assert shown(nothing.text) == [] and "No deliveries match." in nothing.text

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import httpx
 
+from runtime.contracts.meter import METER_ACTOR, Charge
 from runtime.server import Running
 from tests.support.keys import create_key, wait_for_calls
 from tests.support.server import client
@@ -126,6 +128,36 @@ async def test_the_request_log_filters_and_never_shows_another_users_calls(serve
         assert await log(key_id=foreign["id"]) == []
 
 
+async def test_the_request_log_finds_a_call_by_its_request_id(server: Running) -> None:
+    async with client(server) as http, client(server) as other:
+        await sign_in(http)
+        await sign_in(other)
+        key = await create_key(http, rate_limit_rpm=0)
+        async with client(server, headers={"x-api-key": key["raw_key"]}) as caller:
+            assigned = (await caller.get("/me")).headers["x-request-id"]
+            chosen = await caller.get("/no-such-route", headers={"X-Request-Id": "trace-42.a"})
+            assert chosen.headers["x-request-id"] == "trace-42.a"
+            await caller.get("/me")
+        await wait_for_calls(http, key["id"], 3)
+
+        async def log(caller: httpx.AsyncClient, request_id: str) -> list[dict[str, Any]]:
+            answer = await caller.get("/me/api-keys/calls", params={"request_id": request_id})
+            assert answer.status_code == 200, answer.text
+            calls: list[dict[str, Any]] = answer.json()["calls"]
+            return calls
+
+        found = await log(http, assigned)
+        assert [(call["route"], call["request_id"]) for call in found] == [("/me", assigned)]
+        assert [call["status"] for call in await log(http, "trace-42.a")] == [404]
+        assert await log(http, "no-such-id") == []
+        assert await log(other, "trace-42.a") == []  # another user's call stays out of reach
+        recent = (await http.get(f"/me/api-keys/{key['id']}/recent")).json()["calls"]
+        assert {call["request_id"] for call in recent} >= {assigned, "trace-42.a"}
+        too_long = await http.get("/me/api-keys/calls", params={"request_id": "x" * 129})
+        assert too_long.status_code == 400
+        assert too_long.json()["error"]["code"] == "invalid_request"
+
+
 async def test_the_tail_streams_new_calls_and_resumes_after_last_event_id(server: Running
                                                                           ) -> None:
     async with client(server) as http, client(server) as other:
@@ -177,3 +209,36 @@ async def test_the_series_counts_outcomes_per_bucket(server: Running) -> None:
         day = (await http.get(f"/me/api-keys/{key['id']}/series")).json()
         assert len(day["buckets"]) == 24 and day["bucket_seconds"] == 3600
         assert (await other.get(f"/me/api-keys/{key['id']}/series")).status_code == 404
+
+
+async def test_the_series_by_model_counts_calls_and_cost_per_model(server: Running) -> None:
+    async with client(server) as http, client(server) as other:
+        await sign_in(http)
+        await sign_in(other)
+        key = await create_key(http, rate_limit_rpm=0)
+        await _calls(server, key["raw_key"], ["/me", "/me", "/no-such-route"])
+        await server.service.registry.lookup(METER_ACTOR).call(
+            Charge(key_id=int(key["id"]), micro_flow=500_000, model="gpt-test",
+                   token="series-1"))
+        await wait_for_calls(http, key["id"], 4)
+        answer = await http.get(f"/me/api-keys/{key['id']}/series",
+                                params={"window": "hour", "by": "model"})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["by"] == "model" and len(body["buckets"]) == 12
+        assert body["models"] == ["route:auth", "gpt-test", "route:unmatched"]
+        totals: dict[str, int] = {}
+        costs: dict[str, Decimal] = {}
+        for bucket in body["buckets"]:
+            for model, figures in bucket["models"].items():
+                totals[model] = totals.get(model, 0) + figures["calls"]
+                costs[model] = costs.get(model, Decimal(0)) + Decimal(figures["cost_flow"])
+        assert totals == {"route:auth": 2, "gpt-test": 1, "route:unmatched": 1}
+        assert costs == {"route:auth": Decimal("0.8"), "gpt-test": Decimal("0.5"),
+                         "route:unmatched": Decimal(0)}
+        by_outcome = (await http.get(f"/me/api-keys/{key['id']}/series")).json()
+        assert by_outcome["by"] == "outcome" and "models" not in by_outcome
+        assert (await http.get(f"/me/api-keys/{key['id']}/series",
+                               params={"by": "route"})).status_code == 400
+        assert (await other.get(f"/me/api-keys/{key['id']}/series",
+                                params={"by": "model"})).status_code == 404

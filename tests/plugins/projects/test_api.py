@@ -18,6 +18,7 @@ from tests.support.projects import (
 )
 from tests.support.server import client
 from tests.support.sse import open_sse
+from tests.support.tokens import add_token
 from tests.support.wallet import sign_in
 
 
@@ -178,3 +179,41 @@ async def test_the_routes_are_documented_in_openapi(running_tokens: Running) -> 
     assert "201" in create["responses"]
     assert "put" in spec["paths"]["/internal/tokens/{slug}"]
     assert "post" in spec["paths"]["/projects/{slug}/start"]
+
+
+async def test_my_projects_lists_the_callers_own_newest_first_a_page_at_a_time(
+        tmp_path: Path, database_url: str) -> None:
+    async with serve_projects(tmp_path / "var", database_url) as running, \
+            client(running) as owner, token_owner(running, "other") as stranger:
+        wallet, _ = await sign_in(owner)
+        for slug in ("alpha", "beta", "gamma"):
+            registered = await add_token(running.base_url, slug, wallet.address.lower())
+            assert registered.status_code == 201, registered.text
+        await grant_private_projects(running, owner)
+        made = [(await new_project(owner, "alpha", title="Alpha"))["slug"],
+                (await new_project(owner, "beta", title="Beta", private=True))["slug"],
+                (await new_project(owner, "gamma", title="Gamma"))["slug"]]
+        await new_project(stranger, "other", title="Not yours")
+        first = await owner.get("/me/projects", params={"limit": 2})
+        second = await owner.get("/me/projects", params={"limit": 2,
+                                                         "cursor": first.json()["nextCursor"]})
+        everything = (await owner.get("/me/projects", params={"limit": 500})).json()
+        refused = [await owner.get("/me/projects", params=params)
+                   for params in ({"cursor": "abc"}, {"limit": 0}, {"limit": "x"})]
+        theirs = (await stranger.get("/me/projects")).json()
+        async with client(running) as anonymous:
+            anonymous_answer = await anonymous.get("/me/projects")
+
+    assert first.status_code == 200, first.text
+    listed = first.json()["projects"] + second.json()["projects"]
+    assert [item["slug"] for item in listed] == made[::-1]
+    assert second.json()["nextCursor"] is None
+    assert [item["slug"] for item in everything["projects"]] == made[::-1]
+    beta = listed[1]
+    assert beta["private"] is True and beta["title"] == "Beta"
+    assert beta["tokenSlug"] == "beta" and beta["status"] == "idle"
+    assert set(beta) == {"id", "slug", "tokenSlug", "status", "createdAt", "title",
+                         "agentTemplate", "private", "updatedAt"}
+    assert [error_of(answer) for answer in refused] == [(400, "invalid_request")] * 3
+    assert [item["title"] for item in theirs["projects"]] == ["Not yours"]
+    assert error_of(anonymous_answer) == (401, "unauthenticated")

@@ -266,6 +266,39 @@ async def test_history_pages_and_redelivery_and_recovery_resend_failed_events(
     assert [a["attempt"] for a in redelivered_history["attempts"]] == [1, 2]
 
 
+async def test_history_filters_by_event_type_on_the_server_and_pages_within_it(
+        tmp_path: Path, database_url: str) -> None:
+    env = webhook_env(tmp_path / "var", database_url)
+    async with running_receiver() as receiver, \
+            running_server(make_settings(env), env) as running, client(running) as http:
+        user_id = await signed_in(http)
+        webhook = await subscribe(http, receiver.url())
+        pings = []
+        for _ in range(2):
+            pings.append((await http.post(f"/me/webhooks/{webhook['id']}/test"))
+                         .json()["delivery"]["event_id"])
+            await emit_now(running.service, user_id=user_id, name="subscription.granted",
+                           data={"tier": "pro", "amount_flow": "0.000000"})
+        await wait_until_settled(http, webhook["id"], 4)
+        listing = f"/me/webhooks/{webhook['id']}/deliveries"
+        first = await http.get(listing, params={"event": "webhook.ping", "limit": 1})
+        second = await http.get(listing, params={"event": "webhook.ping", "limit": 1,
+                                                 "cursor": first.json()["nextCursor"]})
+        granted = await http.get(listing, params={"event": "subscription.granted",
+                                                  "state": "delivered"})
+        unknown = await http.get(listing, params={"event": "no.such.event"})
+        refused = [await http.get(listing, params={"event": value}) for value in ("", "e" * 129)]
+
+    assert first.status_code == 200, first.text
+    assert [item["event_id"] for item in first.json()["deliveries"]
+            + second.json()["deliveries"]] == list(reversed(pings))
+    assert second.json()["nextCursor"] is None
+    assert [item["event"] for item in granted.json()["deliveries"]] == ["subscription.granted"] * 2
+    assert unknown.json() == {"deliveries": [], "nextCursor": None}
+    assert [answer.status_code for answer in refused] == [400, 400]
+    assert refused[0].json()["error"]["code"] == "invalid_request"
+
+
 async def test_deleting_a_subscription_stops_its_pending_deliveries(
         tmp_path: Path, database_url: str) -> None:
     env = webhook_env(tmp_path / "var", database_url, backoff_base_seconds=0.1)
