@@ -38,15 +38,18 @@ async def marketplace_server(var_dir: Path, database_url: str,
                              plugins: list[str] | None = None,
                              extra: dict[str, str] | None = None) -> AsyncIterator[Running]:
     """A running service with ``plugins`` (default: auth, keys, chain, projects, marketplace), a
-    short listing snapshot lag (100 ms) and the request buckets lifted (tests make many
-    requests from one address and user). It runs as deployed: on SQLite with in-process
-    state, on PostgreSQL with Redis when the tests have one."""
+    short listing snapshot lag (100 ms), the request buckets lifted (tests make many
+    requests from one address and user) and a database deadline of 60 s (tests seed hundreds
+    of agents in one transaction, which can outlast the default 5 s on a loaded machine). It
+    runs as deployed: on SQLite with in-process state, on PostgreSQL with Redis when the tests
+    have one."""
     redis_url = REDIS_URL if database_url.startswith("postgres") else ""
     env = settings_env(var_dir, database_url=database_url, redis_url=redis_url,
                        redis_prefix=redis_prefix(), plugins=plugins or PLUGINS,
                        extra={"FLOWSVC_PLUGINS_MARKETPLACE_SNAPSHOT_LAG_MS": "100",
                               "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
-                              "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0", **(extra or {})})
+                              "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
+                              "FLOWSVC_DATABASE_TIMEOUT_SECONDS": "60", **(extra or {})})
     async with running_server(make_settings(env), env) as running:
         yield running
 

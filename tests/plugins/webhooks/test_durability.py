@@ -100,7 +100,7 @@ async def test_two_processes_on_one_database_send_each_attempt_once(
                 for index in range(pings):
                     nursery.start_soon(
                         (one if index % 2 else two).post, f"/me/webhooks/{webhook['id']}/test")
-            await receiver.wait_for(2 * pings, timeout=20)
+            await receiver.wait_for(2 * pings, timeout=60)  # wide: a loaded machine
             settled = await wait_until_settled(one, webhook["id"], pings)
             await trio.sleep(0.5)  # a duplicate attempt would show up by now
             async with http_to(second) as two:
