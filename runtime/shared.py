@@ -20,7 +20,7 @@ import math
 import secrets
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -228,15 +228,24 @@ class RedisAccess:
     the prefix is added here and never seen by plugins.
 
     :param client: the connected coredis client the shared state owns.
+    :param slot_of: the hash slot of a full key on a Redis Cluster; None on one Redis,
+        where every key is in one slot.
     """
 
-    def __init__(self, client: coredis.Redis[str], prefix: str) -> None:
+    def __init__(self, client: coredis.Redis[str], prefix: str,
+                 slot_of: Callable[[str], int] | None = None) -> None:
         self._client = client
         self._prefix = prefix
+        self._slot_of = slot_of
 
     def key(self, name: str) -> str:
         """The Redis key of a logical name (every key carries the service prefix)."""
         return self._prefix + name
+
+    def slot(self, name: str) -> int:
+        """The hash slot of a logical name (0 for all on one Redis). A script call or a
+        multi-key command must touch names of one slot: a Redis Cluster refuses others."""
+        return 0 if self._slot_of is None else self._slot_of(self.key(name))
 
     def script(self, source: str) -> RedisScript:
         """Register the Lua script ``source``; its ``KEYS`` are given as logical names."""
@@ -385,7 +394,7 @@ class _PubSubMessages:
     async def __anext__(self) -> str:
         while True:
             message = await self._pubsub.__anext__()
-            if message["type"] == "message":
+            if message["type"] in ("message", "smessage"):  # smessage: sharded, on a cluster
                 return str(message["data"])
 
 
@@ -397,12 +406,18 @@ async def open_shared_state(redis_url: str, prefix: str = "flowsvc:"
     :param prefix: put before every Redis key and channel, so that several deployments
         (or test runs) can share one Redis.
     """
+    # Imported here: the cluster backend builds on this module's classes.
+    from runtime.shared_cluster import RedisClusterSharedState, redis_client
+
     if not redis_url:
         yield MemorySharedState()
         return
-    client: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+    client = redis_client(redis_url)
     async with client:
-        yield RedisSharedState(client, prefix)
+        if isinstance(client, coredis.RedisCluster):
+            yield RedisClusterSharedState(client, prefix)
+        else:
+            yield RedisSharedState(client, prefix)
 
 
 REDIS_START_SECONDS = 5.0
@@ -418,10 +433,12 @@ async def probe_redis(redis_url: str) -> None:
 
     :raises ConfigError: Redis does not answer within ``REDIS_START_SECONDS``.
     """
+    from runtime.shared_cluster import redis_client  # a cycle at the top (see above)
+
     where = urlsplit(redis_url).netloc.rpartition("@")[2]  # never print a password
     try:
         with trio.fail_after(REDIS_START_SECONDS):
-            probe: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+            probe = redis_client(redis_url)
             async with probe:
                 await probe.ping()
     except Exception as exc:  # a timeout, or coredis errors, bare or grouped by its tasks
