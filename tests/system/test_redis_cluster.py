@@ -177,11 +177,12 @@ async def test_a_reader_on_another_process_gets_every_event_once_in_order(
             url_a, url_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
             async with httpx.AsyncClient(base_url=url_a, timeout=30) as on_a:
                 wallet, _ = await sign_in(on_a)
-                assert (await add_token(url_a, "twin", wallet.address.lower())).status_code == 201
                 slugs = []
-                for title in ("One", "Two"):  # two streams, in two partitions' slots
+                for token in ("twin", "twain"):  # two projects: two streams
+                    added = await add_token(url_a, token, wallet.address.lower())
+                    assert added.status_code == 201
                     created = await on_a.post("/projects", json={
-                        "tokenSlug": "twin", "title": title, "agentTemplate": "research-agent",
+                        "tokenSlug": token, "title": token.title(), "agentTemplate": "research-agent",
                         "brief": "Compare the two processes."})
                     assert created.status_code == 201, created.text
                     slugs.append(created.json()["slug"])
