@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 import coredis
 from coredis._utils import hash_slot
-from coredis.typing import Node
+from coredis.connection import TCPLocation
 
 from runtime.config import ConfigError
 from runtime.shared import (
@@ -52,12 +52,12 @@ def cluster_client(url: str) -> coredis.RedisCluster[str]:
     parts = urlsplit(url)
     credentials, _, hosts = parts.netloc.rpartition("@")
     user, _, password = credentials.partition(":")
-    nodes: list[Node] = []
+    nodes: list[TCPLocation] = []
     for host in filter(None, hosts.split(",")):
         name, _, port = host.rpartition(":")
         if not name or not port.isdigit():
             raise ConfigError(f"redis url: cluster node {host!r} needs host:port")
-        nodes.append(Node(host=name.strip("[]"), port=int(port)))
+        nodes.append(TCPLocation(name.strip("[]"), int(port)))
     if not nodes:
         raise ConfigError("redis url: a cluster URL names at least one host:port")
     if parts.path.strip("/") not in ("", "0"):
