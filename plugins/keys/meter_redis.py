@@ -25,8 +25,8 @@ records cached before the outage.
 
 Every key of an item carries its owner's hash tag (``runtime.limits.user_tag``, like the
 bucket), so on a Redis Cluster an item's keys share one slot. A batch is cut into one script
-call per slot (``RedisAccess.slot``; one call on one Redis), sent together: the client
-multiplexes the calls of one node on one connection.
+call per slot (``RedisAccess.slot``; one call on one Redis), sent in one pipeline
+(``RedisScript.call_each``: one round trip per node).
 """
 
 from __future__ import annotations
@@ -253,15 +253,21 @@ class RedisMeter:
         groups: dict[int, list[tuple[MeterItem, _Slot]]] = {}
         for entry in batch:
             groups.setdefault(self._redis.slot(user_bucket_key(entry[0].user_id)), []).append(entry)
-        if len(groups) == 1:
-            await self._execute_group(batch, now_ms)
-            return
-        async with trio.open_nursery() as nursery:  # a cluster: one call per slot, together
-            for group in groups.values():
-                nursery.start_soon(self._execute_group, group, now_ms)
+        try:
+            with trio.fail_after(self._timeout):
+                if len(groups) == 1:
+                    replies: list[Any] = [await self._script(*self._call(batch, now_ms))]
+                else:  # a cluster: one call per slot, in one pipeline
+                    replies = await self._script.call_each(
+                        [self._call(group, now_ms) for group in groups.values()])
+        except (Exception, trio.TooSlowError) as exc:
+            replies = [exc] * len(groups)
+        for group, reply in zip(groups.values(), replies, strict=True):
+            self._finish(group, reply)
 
-    async def _execute_group(self, batch: list[tuple[MeterItem, _Slot]], now_ms: int) -> None:
-        """One script call for ``batch``, whose items' keys share one slot."""
+    def _call(self, batch: list[tuple[MeterItem, _Slot]], now_ms: int
+              ) -> tuple[list[str], list[int | str]]:
+        """The keys and arguments of one script call for ``batch`` (keys of one slot)."""
         keys: list[str] = []
         args: list[int | str] = [now_ms, TOKEN_TTL_SECONDS * 1000]
         for item, _ in batch:
@@ -273,11 +279,12 @@ class RedisMeter:
                      item.seed + self.spend.pending(item.key_id, item.period_key),
                      f"{now_ms}:{self._member_tag}{next(self._members)}",
                      _SPEND_TTL_MS, 1 if item.token else 0]
-        try:
-            with trio.fail_after(self._timeout):
-                reply: list[int] = await self._script(keys, args)
-        except (Exception, trio.TooSlowError) as exc:
-            log.warning("key meter script failed: %s", type(exc).__name__)
+        return keys, args
+
+    def _finish(self, batch: list[tuple[MeterItem, _Slot]], reply: Any) -> None:
+        """Answer the items of one script call with its ``reply`` (or the error it met)."""
+        if isinstance(reply, BaseException):
+            log.warning("key meter script failed: %s", type(reply).__name__)
             self._forget_records()
             error = Unavailable("the API key meter cannot reach Redis")
             for _, slot in batch:
@@ -301,24 +308,18 @@ class RedisMeter:
         groups: dict[int, list[KeyRecord]] = {}
         for record in records:
             groups.setdefault(self._redis.slot(user_bucket_key(record.user_id)), []).append(record)
+        try:  # one call per slot (one on one Redis), in one pipeline
+            replies = await self._read_script.call_each(
+                [([key_name(record.user_id, record.id, "spend") for record in group], [])
+                 for group in groups.values()])
+        except (RedisError, OSError) as exc:
+            raise Unavailable("the API key meter cannot reach Redis") from exc
         stored: dict[int, tuple[int, int]] = {}
-        failures: list[Exception] = []
-
-        async def read(group: list[KeyRecord]) -> None:
-            try:
-                reply: list[Any] = await self._read_script(
-                    [key_name(record.user_id, record.id, "spend") for record in group], [])
-            except (RedisError, OSError) as exc:
-                failures.append(exc)
-                return
+        for group, reply in zip(groups.values(), replies, strict=True):
+            if isinstance(reply, Exception):
+                raise Unavailable("the API key meter cannot reach Redis") from reply
             for index, record in enumerate(group):
                 stored[record.id] = int(reply[2 * index]), int(reply[2 * index + 1])
-
-        async with trio.open_nursery() as nursery:  # one call per slot, together
-            for group in groups.values():
-                nursery.start_soon(read, group)
-        if failures:
-            raise Unavailable("the API key meter cannot reach Redis") from failures[0]
         used = {}
         for record in records:
             current = record.current_period_key(now)
