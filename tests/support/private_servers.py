@@ -144,9 +144,9 @@ def _cli(port: int, *args: str) -> str:
 
 class PrivateRedisCluster:
     """A Redis Cluster of one test module on loopback: 3 masters with one replica each,
-    keeping nothing on disk but its ``nodes.conf`` files. ``kill_master`` SIGKILLs a master
-    (its replica is promoted after ``NODE_TIMEOUT_MS``); ``restart`` brings the killed node
-    back, as a replica of the promoted one."""
+    keeping nothing on disk but its ``nodes.conf`` files. ``kill_master`` SIGKILLs the master
+    of a key (its replica is promoted after ``NODE_TIMEOUT_MS`` and an election);
+    ``restart`` brings the killed node back, as a replica of the promoted one."""
 
     NODE_TIMEOUT_MS = 1000
 
@@ -195,17 +195,12 @@ class PrivateRedisCluster:
             time.sleep(0.05)
         raise RuntimeError("the Redis Cluster did not become healthy")
 
-    def masters(self) -> list[int]:
-        """The ports of the current masters."""
-        return [port for port in self._processes
-                if "role:master" in _cli(port, "info", "replication")]
-
     def master_of(self, key: str) -> int:
         """The port of the master that holds ``key``'s slot."""
         any_port = next(iter(self._processes))
         slot = int(_cli(any_port, "cluster", "keyslot", key))
         for line in _cli(any_port, "cluster", "nodes").splitlines():
-            _id, address, flags, *_, = line.split()[:3]
+            _id, address, flags = line.split()[:3]
             if "master" not in flags or "fail" in flags:
                 continue
             for span in line.split()[8:]:
