@@ -369,8 +369,10 @@ class Measured:
 def measure_servers(baseline: RunningServer, baseline_path: str, candidate: RunningServer,
                     candidate_path: str, *, rounds: int = 3, duration_s: int = 5,
                     connections: int = 16, threads: int = 1,
-                    headers: Mapping[str, str] | None = None) -> Measured:
-    """``measure_pair`` of two server processes with their CPU use around the runs.
+                    headers: Mapping[str, str] | None = None,
+                    lua_script: str | None = None) -> Measured:
+    """``measure_pair`` of two server processes with their CPU use around the runs
+    (``lua_script`` as for ``run_wrk``).
 
     Each side gets one unrecorded second of warm-up, outside the CPU accounting.
 
@@ -378,11 +380,13 @@ def measure_servers(baseline: RunningServer, baseline_path: str, candidate: Runn
     """
     urls = (baseline.url(baseline_path), candidate.url(candidate_path))
     for url in urls:
-        run_wrk(url, duration_s=1, connections=connections, threads=threads, headers=headers)
+        run_wrk(url, duration_s=1, connections=connections, threads=threads, headers=headers,
+                lua_script=lua_script)
     pids = (baseline.process.pid, candidate.process.pid)
     before = [cpu_seconds(pid) for pid in pids]
     pair = measure_pair(*urls, rounds=rounds, duration_s=duration_s, warmup_s=0,
-                        connections=connections, threads=threads, headers=headers)
+                        connections=connections, threads=threads, headers=headers,
+                        lua_script=lua_script)
     used = [cpu_seconds(pid) - start for pid, start in zip(pids, before, strict=True)]
     served = [sum(run.rps for run in runs) * duration_s
               for runs in (pair.baseline_runs, pair.candidate_runs)]

@@ -130,8 +130,8 @@ class RedisSettings(Section):
     @field_validator("url")
     @classmethod
     def _url_form(cls, value: str) -> str:
-        return _url_with_scheme(value, ("redis://", "rediss://", "unix://"),
-                                "in-process shared state")
+        return _url_with_scheme(value, ("redis://", "rediss://", "unix://", "redis+cluster://",
+                                        "rediss+cluster://"), "in-process shared state")
 
 
 class JwtSettings(Section):

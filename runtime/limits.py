@@ -4,7 +4,7 @@ Every request is counted in exactly one bucket of ``service.shared.hit_window`` 
 log over one minute, exact across processes with Redis):
 
 - anonymous: ``ip:<client ip>``, ``limits.anonymous_rpm`` (30) per minute;
-- a session (cookie or bearer JWT): ``user:<user id>``, ``limits.authenticated_rpm`` (240);
+- a session (cookie or bearer JWT): ``user:{u<user id>}``, ``limits.authenticated_rpm`` (240);
 - the internal token: ``internal:<token digest>``, ``limits.internal_rpm`` (1000);
 - an anonymous request a plugin claims with ``flowsvc_request_bucket`` (previews): that
   plugin's bucket instead of the per-address one.
@@ -14,7 +14,7 @@ oldest counted request leaves the window). A limit of 0 disables its bucket. The
 is the socket peer unless ``service.trusted_proxies`` names the peer (``runtime.http.client_ip``).
 
 API-key requests are the one exception: the plugin that authenticates a principal with
-``via == "api_key"`` counts it in the owner's ``user:<id>`` bucket (``user_bucket``) itself,
+``via == "api_key"`` counts it in the owner's ``user:{u<id>}`` bucket (``user_bucket``) itself,
 in the same atomic step as the key's own cap, so that a key request costs one round trip to
 Redis instead of two. Such a request still shares one bucket with the owner's sessions.
 The liveness and readiness probes are never counted: load balancers poll them (a
@@ -46,9 +46,17 @@ class Bucket:
     label: str
 
 
+def user_tag(user_id: int) -> str:
+    """The Redis hash tag of a user's keys (``{u<id>}``): every shared-state key that one
+    script may touch together with the user's bucket carries it (the keys meter's), so that
+    on a Redis Cluster they all live in the bucket's hash slot."""
+    return f"{{u{user_id}}}"
+
+
 def user_bucket(user_id: int) -> str:
-    """The shared-state name of a user's bucket (sessions and API keys of the user share it)."""
-    return f"user:{user_id}"
+    """The shared-state name of a user's bucket (sessions and API keys of the user share it),
+    under the user's hash tag."""
+    return f"user:{user_tag(user_id)}"
 
 
 def bucket_of(principal: Principal | None, client_ip: str, internal_token: str,

@@ -20,7 +20,7 @@ import math
 import secrets
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import coredis
 import trio
-from coredis.retry import NoRetryPolicy
+from coredis.exceptions import NoScriptError
 
 from runtime.config import ConfigError
 from runtime.errors import Unavailable, is_outage
@@ -214,6 +214,36 @@ class RedisScript:
         return await self._script(keys=[self._access.key(name) for name in keys],
                                   args=list(args))
 
+    async def call_each(self, calls: Sequence[tuple[Sequence[str], Sequence[int | str]]]
+                        ) -> list[Any]:
+        """Run the script once per ``(keys, args)``, all in one pipeline (on a Redis Cluster,
+        one round trip per node: the calls whose keys are in different slots); each call's
+        reply, or the exception it met. Each call is atomic, the set is not. A pipeline is
+        far cheaper per call than separate calls; a node that lost the script (a replica
+        just promoted) gets it again and its calls are sent once more."""
+        replies: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        client = self._access._client
+        for attempt in range(2):
+            async with client.pipeline(transaction=False, raise_on_error=False) as pipe:
+                requests = [pipe.evalsha(self._script.sha,
+                                         keys=[self._access.key(name) for name in calls[i][0]],
+                                         args=list(calls[i][1])) for i in pending]
+            lost = []
+            for index, request in zip(pending, requests, strict=True):
+                try:
+                    replies[index] = await request
+                except NoScriptError as exc:
+                    replies[index] = exc
+                    lost.append(index)
+                except Exception as exc:  # each call's own failure, for its caller
+                    replies[index] = exc
+            if not lost or attempt:
+                break
+            await client.script_load(self._script.script)
+            pending = lost
+        return replies
+
 
 @dataclass(frozen=True)
 class StreamEntry:
@@ -229,16 +259,25 @@ class RedisAccess:
     the prefix is added here and never seen by plugins.
 
     :param client: the connected coredis client the shared state owns.
+    :param slot_of: the hash slot of a full key on a Redis Cluster; None on one Redis,
+        where every key is in one slot.
     """
 
-    def __init__(self, client: coredis.Redis[str], prefix: str, timeout: float) -> None:
+    def __init__(self, client: coredis.Redis[str], prefix: str, timeout: float,
+                 slot_of: Callable[[str], int] | None = None) -> None:
         self._client = client
         self._prefix = prefix
         self._timeout = timeout
+        self._slot_of = slot_of
 
     def key(self, name: str) -> str:
         """The Redis key of a logical name (every key carries the service prefix)."""
         return self._prefix + name
+
+    def slot(self, name: str) -> int:
+        """The hash slot of a logical name (0 for all on one Redis). A script call or a
+        multi-key command must touch names of one slot: a Redis Cluster refuses others."""
+        return 0 if self._slot_of is None else self._slot_of(self.key(name))
 
     def script(self, source: str) -> RedisScript:
         """Register the Lua script ``source``; its ``KEYS`` are given as logical names."""
@@ -392,7 +431,7 @@ class _PubSubMessages:
     async def __anext__(self) -> str:
         while True:
             message = await self._pubsub.__anext__()
-            if message["type"] == "message":
+            if message["type"] in ("message", "smessage"):  # smessage: sharded, on a cluster
                 return str(message["data"])
 
 
@@ -408,18 +447,18 @@ async def open_shared_state(redis_url: str, prefix: str = "flowsvc:", *,
     :param timeout: the deadline of one Redis command's answer (``redis.timeout_seconds``);
         past it the command raises ``TimeoutError``, an outage (503 on a route).
     """
+    # Imported here: the cluster backend builds on this module's classes.
+    from runtime.shared_cluster import RedisClusterSharedState, redis_client
+
     if not redis_url:
         yield MemorySharedState()
         return
-    # A frozen Redis accepts connections (its kernel does) and never answers: opening a
-    # connection and every command have a deadline. Nothing is retried here (coredis retries
-    # twice by default): a retry multiplies the wait for a hung Redis, and the caller answers
-    # 503 or backs off anyway.
-    client: coredis.Redis[str] = coredis.Redis.from_url(
-        redis_url, decode_responses=True, connect_timeout=connect_timeout,
-        stream_timeout=timeout, retry_policy=NoRetryPolicy())
+    client = redis_client(redis_url, connect_timeout=connect_timeout, timeout=timeout)
     async with client:
-        yield RedisSharedState(client, prefix, timeout=timeout)
+        if isinstance(client, coredis.RedisCluster):
+            yield RedisClusterSharedState(client, prefix, timeout=timeout)
+        else:
+            yield RedisSharedState(client, prefix, timeout=timeout)
 
 
 REDIS_START_SECONDS = 5.0
@@ -435,10 +474,12 @@ async def probe_redis(redis_url: str) -> None:
 
     :raises ConfigError: Redis does not answer within ``REDIS_START_SECONDS``.
     """
+    from runtime.shared_cluster import redis_client  # a cycle at the top (see above)
+
     where = urlsplit(redis_url).netloc.rpartition("@")[2]  # never print a password
     try:
         with trio.fail_after(REDIS_START_SECONDS):
-            probe: coredis.Redis[str] = coredis.Redis.from_url(redis_url, decode_responses=True)
+            probe = redis_client(redis_url)
             async with probe:
                 await probe.ping()
     except Exception as exc:  # a timeout, or coredis errors, bare or grouped by its tasks

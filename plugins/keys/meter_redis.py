@@ -7,13 +7,13 @@ an item in a batch about 30 us). The script is atomic, so two processes sharing 
 enforce one cap per key, one bucket per user and one spend per period.
 
 For each item the script meters, in order: the key's sliding window
-(``keys:{key:<id>}:win``), the period spend (hash ``keys:{key:<id>}:spend`` holding ``pk``
-and ``used``), and the owner's
+(``keys:{u<user>}:<id>:win``), the period spend (hash ``keys:{u<user>}:<id>:spend`` holding
+``pk`` and ``used``), and the owner's
 service-wide bucket. The bucket is the very sorted set ``SharedState.hit_window`` keeps
 for ``runtime.limits.user_bucket``, named by ``runtime.shared.window_key`` (scores and
 members in milliseconds), so session and key requests of a user share it. A charge with a
-token (``MeterItem``) also sets ``keys:{key:<id>}:charge:<token>`` (kept 7 days) in the same
-step, so a charge retried after a timeout (the script may have run in Redis all the same)
+token (``MeterItem``) also sets ``keys:{u<user>}:<id>:charge:<token>`` (kept 7 days) in the
+same step, so a charge retried after a timeout (the script may have run in Redis all the same)
 is applied once.
 A spend hash that is missing (expired after 40 idle days, or Redis was emptied) or holds an
 older period starts from the database's figure (``seed``) plus the spend this process
@@ -22,6 +22,11 @@ does not reset a period's spend. After a failed call (Redis down, restarting, pe
 emptied) the meter makes the key directory forget its records (``forget_records``), so
 that the seeds of the next calls are read from the database again rather than from
 records cached before the outage.
+
+Every key of an item carries its owner's hash tag (``runtime.limits.user_tag``, like the
+bucket), so on a Redis Cluster an item's keys share one slot. A batch is cut into one script
+call per slot (``RedisAccess.slot``; one call on one Redis), sent in one pipeline
+(``RedisScript.call_each``: one round trip per node).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from plugins.keys.metering import (
 )
 from plugins.keys.records import KeyRecord
 from runtime.errors import Unavailable
-from runtime.limits import WINDOW_SECONDS, user_bucket
+from runtime.limits import WINDOW_SECONDS, user_bucket, user_tag
 from runtime.shared import RedisAccess, window_key
 
 log = logging.getLogger("flowsvc.keys")
@@ -54,10 +59,16 @@ _SPEND_TTL_MS = 40 * 86_400_000
 _MAX_QUEUE = 10_000
 
 
-def key_name(key_id: int, what: str) -> str:
+def user_bucket_key(user_id: int) -> str:
+    """The logical Redis name of the owner's service-wide bucket (``SharedState.hit_window``'s)."""
+    return window_key(user_bucket(user_id))
+
+
+def key_name(user_id: int, key_id: int, what: str) -> str:
     """The logical Redis name of one of an API key's meter keys. All of them carry the
-    hash tag ``{key:<id>}``, so they share a cluster slot and one script may touch them."""
-    return f"keys:{{key:{key_id}}}:{what}"
+    owner's hash tag, as the owner's bucket does, so they share a cluster slot and one
+    script may touch them all."""
+    return f"keys:{user_tag(user_id)}:{key_id}:{what}"
 
 
 # KEYS: per item: key window, user window, spend hash, charge token.
@@ -189,6 +200,7 @@ class RedisMeter:
 
     def __init__(self, redis: RedisAccess, max_batch: int, timeout: float,
                  forget_records: Callable[[], None]) -> None:
+        self._redis = redis
         self._script = redis.script(_METER_LUA)
         self._read_script = redis.script(_READ_SPEND_LUA)
         self._max_batch = max_batch
@@ -238,22 +250,41 @@ class RedisMeter:
 
     async def _execute(self, batch: list[tuple[MeterItem, _Slot]]) -> None:
         now_ms = int(time.time() * 1000)
+        groups: dict[int, list[tuple[MeterItem, _Slot]]] = {}
+        for entry in batch:
+            groups.setdefault(self._redis.slot(user_bucket_key(entry[0].user_id)), []).append(entry)
+        try:
+            with trio.fail_after(self._timeout):
+                if len(groups) == 1:
+                    replies: list[Any] = [await self._script(*self._call(batch, now_ms))]
+                else:  # a cluster: one call per slot, in one pipeline
+                    replies = await self._script.call_each(
+                        [self._call(group, now_ms) for group in groups.values()])
+        except (Exception, trio.TooSlowError) as exc:
+            replies = [exc] * len(groups)
+        for group, reply in zip(groups.values(), replies, strict=True):
+            self._finish(group, reply)
+
+    def _call(self, batch: list[tuple[MeterItem, _Slot]], now_ms: int
+              ) -> tuple[list[str], list[int | str]]:
+        """The keys and arguments of one script call for ``batch`` (keys of one slot)."""
         keys: list[str] = []
         args: list[int | str] = [now_ms, TOKEN_TTL_SECONDS * 1000]
         for item, _ in batch:
-            keys += [key_name(item.key_id, "win"), window_key(user_bucket(item.user_id)),
-                     key_name(item.key_id, "spend"),
-                     key_name(item.key_id, f"charge:{item.token}")]
+            keys += [key_name(item.user_id, item.key_id, "win"), user_bucket_key(item.user_id),
+                     key_name(item.user_id, item.key_id, "spend"),
+                     key_name(item.user_id, item.key_id, f"charge:{item.token}")]
             args += [item.mode, item.key_rpm, item.user_rpm,
                      -1 if item.limit is None else item.limit, item.cost, item.period_key,
                      item.seed + self.spend.pending(item.key_id, item.period_key),
                      f"{now_ms}:{self._member_tag}{next(self._members)}",
                      _SPEND_TTL_MS, 1 if item.token else 0]
-        try:
-            with trio.fail_after(self._timeout):
-                reply: list[int] = await self._script(keys, args)
-        except (Exception, trio.TooSlowError) as exc:
-            log.warning("key meter script failed: %s", type(exc).__name__)
+        return keys, args
+
+    def _finish(self, batch: list[tuple[MeterItem, _Slot]], reply: Any) -> None:
+        """Answer the items of one script call with its ``reply`` (or the error it met)."""
+        if isinstance(reply, BaseException):
+            log.warning("key meter script failed: %s", type(reply).__name__)
             self._forget_records()
             error = Unavailable("the API key meter cannot reach Redis")
             for _, slot in batch:
@@ -274,17 +305,25 @@ class RedisMeter:
 
         :raises Unavailable: Redis cannot be reached.
         """
-        if not records:
-            return {}
-        try:
-            reply: list[Any] = await self._read_script(
-                [key_name(record.id, "spend") for record in records], [])
+        groups: dict[int, list[KeyRecord]] = {}
+        for record in records:
+            groups.setdefault(self._redis.slot(user_bucket_key(record.user_id)), []).append(record)
+        try:  # one call per slot (one on one Redis), in one pipeline
+            replies = await self._read_script.call_each(
+                [([key_name(record.user_id, record.id, "spend") for record in group], [])
+                 for group in groups.values()])
         except (RedisError, OSError) as exc:
             raise Unavailable("the API key meter cannot reach Redis") from exc
+        stored: dict[int, tuple[int, int]] = {}
+        for group, reply in zip(groups.values(), replies, strict=True):
+            if isinstance(reply, Exception):
+                raise Unavailable("the API key meter cannot reach Redis") from reply
+            for index, record in enumerate(group):
+                stored[record.id] = int(reply[2 * index]), int(reply[2 * index + 1])
         used = {}
-        for index, record in enumerate(records):
+        for record in records:
             current = record.current_period_key(now)
-            stored_key, stored_used = int(reply[2 * index]), int(reply[2 * index + 1])
+            stored_key, stored_used = stored[record.id]
             # Like the script: Redis holds the current period, or it starts from the database.
             used[record.id] = stored_used if stored_key >= current \
                 else record.stored_spend(current)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -158,3 +159,122 @@ def private_redis() -> Iterator[PrivateRedis]:
             yield server
         finally:
             server.stop()
+
+
+def _free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free as well."""
+    while True:
+        port = free_port()
+        if port + 10000 < 65536:
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+
+
+def _cli(port: int, *args: str) -> str:
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
+                          text=True, timeout=10).stdout
+
+
+class PrivateRedisCluster:
+    """A Redis Cluster of one test module on loopback: 3 masters with one replica each,
+    keeping nothing on disk but its ``nodes.conf`` files. ``kill_master`` SIGKILLs the master
+    of a key (its replica is promoted after ``NODE_TIMEOUT_MS`` and an election);
+    ``restart`` brings the killed node back, as a replica of the promoted one."""
+
+    NODE_TIMEOUT_MS = 1000
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.ports = [_free_cluster_port() for _ in range(6)]
+        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports[:3])
+        self._processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def _start_node(self, port: int) -> None:
+        node_dir = self.folder / str(port)
+        node_dir.mkdir(exist_ok=True)
+        self._processes[port] = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(node_dir), "--cluster-enabled", "yes",
+             "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", str(self.NODE_TIMEOUT_MS),
+             "--cluster-replica-validity-factor", "0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while _cli(port, "ping").strip() != "PONG":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {port} did not start")
+            time.sleep(0.02)
+
+    def start(self) -> None:
+        for port in self.ports:
+            self._start_node(port)
+        created = subprocess.run(
+            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in self.ports),
+             "--cluster-replicas", "1", "--cluster-yes"], capture_output=True, text=True,
+            timeout=60)
+        if created.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{created.stdout}")
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout: float = 30) -> None:
+        """Until every running node says ``cluster_state:ok`` and every replica is in sync."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            infos = [_cli(port, "cluster", "info") + _cli(port, "info", "replication")
+                     for port in self._processes]
+            if all("cluster_state:ok" in info and "master_link_status:down" not in info
+                   and "master_sync_in_progress:1" not in info for info in infos):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("the Redis Cluster did not become healthy")
+
+    def master_of(self, key: str) -> int:
+        """The port of the master that holds ``key``'s slot."""
+        any_port = next(iter(self._processes))
+        slot = int(_cli(any_port, "cluster", "keyslot", key))
+        for line in _cli(any_port, "cluster", "nodes").splitlines():
+            _id, address, flags = line.split()[:3]
+            if "master" not in flags or "fail" in flags:
+                continue
+            for span in line.split()[8:]:
+                low, _, high = span.partition("-")
+                if low.isdigit() and int(low) <= slot <= int(high or low):
+                    return int(address.split("@")[0].rpartition(":")[2])
+        raise RuntimeError(f"no master holds slot {slot}")
+
+    def kill_master(self, key: str) -> int:
+        """SIGKILL the master of ``key``'s slot; its port."""
+        port = self.master_of(key)
+        process = self._processes.pop(port)
+        process.kill()
+        process.wait()
+        return port
+
+    def restart(self, port: int) -> None:
+        self._start_node(port)
+        self.wait_healthy()
+
+    def stop(self) -> None:
+        for process in self._processes.values():
+            process.kill()
+            process.wait()
+        self._processes.clear()
+
+
+@contextmanager
+def private_redis_cluster() -> Iterator[PrivateRedisCluster]:
+    """A running private Redis Cluster (3 masters, 3 replicas); stopped at the end."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        raise RuntimeError("a Redis Cluster test needs redis-server and redis-cli: "
+                           "apt-get install redis-server")
+    with tempfile.TemporaryDirectory(prefix="flowsvc-redis-cluster-") as folder:
+        cluster = PrivateRedisCluster(Path(folder))
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.stop()

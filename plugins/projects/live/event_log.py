@@ -4,13 +4,16 @@ Each stream (one per project) numbers its events 1, 2, 3... in ``project_stream_
 an event is committed to ``project_stream_events`` before anyone can see it, and the
 rows beyond the newest ``keep`` (the replay ring) are trimmed as the log grows. With
 Redis, committed events are also appended to a Redis Stream (entry id ``0-<seq>``,
-trimmed to about ``keep`` entries) that the other service processes tail.
+trimmed to about ``keep`` entries) that the other service processes tail. The Redis
+Streams are spread over ``STREAM_PARTITIONS`` hash tags, so that on a Redis Cluster the
+streams of one partition can be read with one XREAD.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +23,14 @@ from sqlalchemy.exc import IntegrityError
 
 from plugins.projects.tables import stream_events, stream_heads
 from runtime.shared import RedisAccess, StreamEntry
+from runtime.shared_cluster import partition_tags
 from runtime.wire import utcnow
 
 log = logging.getLogger("flowsvc.projects.eventlog")
 _TRIM_EVERY = 100
+# Few, so that a process's blocking reads (one per partition on a cluster) stay few; more
+# than the masters of a usual cluster, so that the reads spread over all of them.
+STREAM_PARTITIONS = 8
 
 
 @dataclass(frozen=True)
@@ -121,9 +128,21 @@ def events_between(connection: Connection, stream: str, after: int, upto: int
     return _events(rows)
 
 
+def stream_partition(stream: str) -> int:
+    """The partition of ``stream`` (0 to ``STREAM_PARTITIONS - 1``): the streams of one
+    partition share a hash slot on a Redis Cluster, so one XREAD may read them all."""
+    return zlib.crc32(stream.encode()) % STREAM_PARTITIONS
+
+
+def partition_tag(partition: int) -> str:
+    """The hash tag of a partition's Redis keys."""
+    return partition_tags(STREAM_PARTITIONS)[partition]
+
+
 def redis_stream(stream: str) -> str:
-    """The logical name of the Redis Stream that mirrors ``stream``."""
-    return f"projects:stream:{stream}"
+    """The logical name of the Redis Stream that mirrors ``stream``, under its partition's
+    hash tag: ``projects:{p<n>.<m>}:stream:<stream>``."""
+    return f"projects:{partition_tag(stream_partition(stream))}:stream:{stream}"
 
 
 async def mirror_to_redis(redis: RedisAccess, stream: str, events: Sequence[StreamEvent],

@@ -3,11 +3,14 @@
 One hub actor per process (``projects.streams``). ``OpenStream(stream)`` returns the
 address of the stream's broadcaster, starting it under the hub's own supervisor (the
 projects part's) when none runs. With Redis,
-the hub also runs one blocking ``XREAD`` over the Redis Streams of every broadcaster of
-this process, so events published by a run in another process reach readers here; a new
-broadcaster interrupts the read through a small wake-up stream of its own, so it is
-included at once. It also enforces the process's budget of bytes queued to readers
-(``live.queued``): every ``SWEEP_SECONDS`` it cuts off the readers the budget picks.
+the hub also tails the Redis Streams of every broadcaster of this process, so events
+published by a run in another process reach readers here: one blocking ``XREAD`` per hash
+slot of the streams' partitions (``event_log.stream_partition``): one on one Redis, one per
+partition on a Redis Cluster, which refuses a read across slots. A new broadcaster
+interrupts the read of its partition through a small wake-up stream of the process in that
+partition's slot, so it is included at once. It also enforces the process's budget of bytes
+queued to readers (``live.queued``): every ``SWEEP_SECONDS`` it cuts off the readers the
+budget picks.
 """
 
 from __future__ import annotations
@@ -89,7 +92,10 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
     rings: dict[str, Ring] = {}
     queued = service.state(QUEUED_BYTES)
     redis = service.shared.redis
-    wake_stream = f"projects:wake:{secrets.token_hex(8)}"
+    wake_id = secrets.token_hex(8)
+
+    def wake_stream(partition: int) -> str:
+        return f"projects:{event_log.partition_tag(partition)}:wake:{wake_id}"
 
     async def open_broadcaster(stream: str) -> Address:
         address = service.registry.get(broadcaster_name(stream))
@@ -106,20 +112,23 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
         if redis is not None:
             rings[stream] = ring  # the tail reads the Redis Stream of each open ring
             try:
-                await redis.stream_add(wake_stream, [("*", {"stream": stream})], max_length=10)
+                await redis.stream_add(wake_stream(event_log.stream_partition(stream)),
+                                       [("*", {"stream": stream})], max_length=10)
             except Exception:
                 log.warning("could not wake the Redis tail", exc_info=True)
         return address
 
-    async def tail(redis: RedisAccess) -> None:
+    async def tail(redis: RedisAccess, partitions: list[int]) -> None:
+        """Read the streams of ``partitions`` (all in one hash slot) and their wake-ups."""
         backoff = Backoff()
         while True:
             for stream in [stream for stream, ring in rings.items() if ring.closed]:
                 del rings[stream]
-            keys = {event_log.redis_stream(stream): stream for stream in rings}
+            keys = {event_log.redis_stream(stream): stream for stream in rings
+                    if event_log.stream_partition(stream) in partitions}
             positions: dict[str, str] = {key: f"0-{rings[stream].last_seq}"
                                          for key, stream in keys.items()}
-            positions[wake_stream] = "$"
+            positions.update((wake_stream(partition), "$") for partition in partitions)
             try:
                 reply = await redis.stream_read(positions, count=1000, block_ms=_XREAD_BLOCK_MS)
             except Exception as exc:
@@ -154,7 +163,11 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             if redis is not None:
-                nursery.start_soon(tail, redis)
+                by_slot: dict[int, list[int]] = {}
+                for partition in range(event_log.STREAM_PARTITIONS):
+                    by_slot.setdefault(redis.slot(wake_stream(partition)), []).append(partition)
+                for partitions in by_slot.values():
+                    nursery.start_soon(tail, redis, partitions)
             nursery.start_soon(enforce_budget)
             task_status.started()
             await serve_mailbox(mailbox, handle)
