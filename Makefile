@@ -7,7 +7,7 @@ NODE_STAMP := node_modules/.installed
 export FLOWSVC_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/test
 export FLOWSVC_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: serve test lint typecheck pytest bench clean wrk chromium bubblewrap node_modules contracts lock
+.PHONY: serve test lint typecheck pytest bench clean wrk chromium bubblewrap haproxy node_modules contracts lock
 
 # A command the tests need from Debian: installed when missing and we may (root with apt-get),
 # otherwise named in one line (no raw apt error for a user without root).
@@ -54,7 +54,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(NODE_STAMP) wrk chromium bubblewrap
+pytest: $(STAMP) $(NODE_STAMP) wrk chromium bubblewrap haproxy
 	$(BIN)/pytest -q
 
 # wrk is the load generator of bench/ and of its harness tests (Debian package).
@@ -70,6 +70,10 @@ chromium:
 bubblewrap:
 	$(call debian_package,bwrap,bubblewrap)
 	$(call debian_package,socat,socat)
+
+# HAProxy runs the shipped docs/haproxy/flowsvc.cfg in tests/system/test_haproxy.py.
+haproxy:
+	$(call debian_package,haproxy,haproxy)
 
 test: lint typecheck pytest
 
