@@ -35,8 +35,10 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    Update,
     and_,
     bindparam,
+    case,
     cast,
     column,
     delete,
@@ -278,6 +280,8 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
         subscriptions.c.id.in_({outcome.job.subscription_id for outcome in outcomes}))
         .order_by(subscriptions.c.id).with_for_update(key_share=True))
     ours = (deliveries.c.state == PENDING, deliveries.c.claim_owner == owner)
+    if not failures and connection.dialect.name == "postgresql":
+        return _settle_delivered(connection, outcomes, owner=owner, now=now)
     delivered = {outcome.job.delivery_id for outcome in outcomes if outcome.error is None}
     if delivered:
         delivered = set(connection.execute(
@@ -313,45 +317,75 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
             connection.execute(update(deliveries).where(deliveries.c.id == job.delivery_id)
                                .values(retries_left=row.retries_left - 1,
                                        next_attempt_at=due, **released))
-        answers.append({"b_delivery": job.delivery_id, "b_number": job.number,
-                        "b_started": outcome.started_at, "b_duration": outcome.duration_ms,
-                        "b_status": outcome.status_code, "b_error": outcome.error,
-                        "b_excerpt": outcome.response_excerpt,
-                        "b_outcome": UNKNOWN if settled == "stale" else settled})
+        answers.append(_answer(outcome, UNKNOWN if settled == "stale" else settled))
         results.append(settled)
     _record_answers(connection, answers)
     return results
 
 
-def _record_answers(connection: Connection, answers: list[dict[str, object]]) -> None:
-    """Fill in the history rows of a settled batch.
+def _answer(outcome: Outcome, settled: str) -> dict[str, object]:
+    """The bind values that fill in ``outcome``'s history row, ``settled`` its outcome."""
+    job = outcome.job
+    return {"b_delivery": job.delivery_id, "b_number": job.number,
+            "b_started": outcome.started_at, "b_duration": outcome.duration_ms,
+            "b_status": outcome.status_code, "b_error": outcome.error,
+            "b_excerpt": outcome.response_excerpt, "b_outcome": settled}
 
-    On PostgreSQL one ``UPDATE … FROM (VALUES …)`` statement, whatever the batch's size: the
-    cost there is per statement (an executemany runs one per row, even pipelined). SQLite's
-    executemany steps one prepared statement in process, which costs little per row, and its
-    ``UPDATE … FROM`` takes no ``VALUES`` list with named columns.
+
+def _fill_from_values(answers: list[dict[str, object]]) -> Update:
+    """PostgreSQL: one ``UPDATE … FROM (VALUES …)`` of the history rows, whatever the batch's
+    size (the cost there is per statement; an executemany runs one per row, even pipelined).
+    """
+    # Columns read off ``values()`` before ``.data()`` would name the empty VALUES in the FROM
+    # clause, hence the names listed here. A None is rendered as a bare NULL, typed text when
+    # a whole column is NULL: the nullable ones are cast back.
+    names = ("b_delivery", "b_number", "b_started", "b_duration", "b_status", "b_error",
+             "b_outcome", "b_excerpt")
+    answered = values(
+        column("b_delivery", BigInteger), column("b_number", Integer),
+        column("b_started", DateTime(timezone=True)), column("b_duration", Integer),
+        column("b_status", Integer), column("b_error", Text), column("b_outcome", String),
+        column("b_excerpt", Text), name="answered",
+    ).data([tuple(answer[name] for name in names) for answer in answers])
+    return update(attempts).where(
+        attempts.c.delivery_id == answered.c.b_delivery,
+        attempts.c.number == answered.c.b_number).values(
+        started_at=answered.c.b_started, duration_ms=answered.c.b_duration,
+        status_code=cast(answered.c.b_status, Integer),
+        error=cast(answered.c.b_error, Text), outcome=answered.c.b_outcome,
+        response_excerpt=cast(answered.c.b_excerpt, Text))
+
+
+def _settle_delivered(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
+                      now: datetime) -> list[Settled]:
+    """PostgreSQL, every attempt of the batch a 2xx (subscriptions already locked): one
+    statement, the deliveries' update (a CTE saying which are still ``owner``'s) feeding the
+    history rows' one; an attempt whose claim is no longer ``owner``'s keeps ``unknown``."""
+    done = (update(deliveries).where(
+        deliveries.c.id.in_({outcome.job.delivery_id for outcome in outcomes}),
+        deliveries.c.state == PENDING, deliveries.c.claim_owner == owner)
+        .values(state=DELIVERED, next_attempt_at=None, finished_at=now, claimed_until=None,
+                claim_owner=None)
+        .returning(deliveries.c.id).cte("done"))
+    fill = _fill_from_values([_answer(outcome, DELIVERED) for outcome in outcomes])
+    rows = connection.execute(fill.values(outcome=case(
+        (attempts.c.delivery_id.in_(select(done.c.id)), literal(DELIVERED)),
+        else_=literal(UNKNOWN))).returning(attempts.c.delivery_id, attempts.c.outcome))
+    delivered = {row.delivery_id for row in rows if row.outcome == DELIVERED}
+    return ["delivered" if outcome.job.delivery_id in delivered else "stale"
+            for outcome in outcomes]
+
+
+def _record_answers(connection: Connection, answers: list[dict[str, object]]) -> None:
+    """Fill in the history rows of a settled batch: on PostgreSQL one statement
+    (``_fill_from_values``). SQLite's executemany steps one prepared statement in process,
+    which costs little per row, and its ``UPDATE … FROM`` takes no ``VALUES`` list with named
+    columns.
     """
     if not answers:
         return
     if connection.dialect.name == "postgresql":
-        # Columns read off ``values()`` before ``.data()`` would name the empty VALUES in
-        # the FROM clause, hence the names listed here. A None is rendered as a bare NULL,
-        # typed text when a whole column is NULL: the nullable ones are cast back.
-        names = ("b_delivery", "b_number", "b_started", "b_duration", "b_status", "b_error",
-                 "b_outcome", "b_excerpt")
-        answered = values(
-            column("b_delivery", BigInteger), column("b_number", Integer),
-            column("b_started", DateTime(timezone=True)), column("b_duration", Integer),
-            column("b_status", Integer), column("b_error", Text), column("b_outcome", String),
-            column("b_excerpt", Text), name="answered",
-        ).data([tuple(answer[name] for name in names) for answer in answers])
-        connection.execute(update(attempts).where(
-            attempts.c.delivery_id == answered.c.b_delivery,
-            attempts.c.number == answered.c.b_number).values(
-            started_at=answered.c.b_started, duration_ms=answered.c.b_duration,
-            status_code=cast(answered.c.b_status, Integer),
-            error=cast(answered.c.b_error, Text), outcome=answered.c.b_outcome,
-            response_excerpt=cast(answered.c.b_excerpt, Text)))
+        connection.execute(_fill_from_values(answers))
         return
     connection.execute(update(attempts).where(
         attempts.c.delivery_id == bindparam("b_delivery"),
