@@ -13,8 +13,9 @@ Every attempt is in the history from the moment it is claimed: the claim writes 
 the outcome ``unknown`` (and counts it in ``deliveries.attempts``), and settling fills in the
 answer. An attempt whose process died on the way (even ``kill -9`` after the receiver got the
 request) therefore stays in the history as ``unknown`` instead of vanishing. Both run once per
-batch of deliveries, never once per delivery: a claim is four to six statements whatever its
-size, a settle three when every attempt of the batch got a 2xx.
+batch of deliveries, never once per delivery: a claim pass is two statements on PostgreSQL
+(the candidates, then one data-modifying CTE that leases, starts the history and returns the
+jobs) and four on SQLite, whatever its size; a settle three when every attempt got a 2xx.
 """
 
 from __future__ import annotations
@@ -25,15 +26,19 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from sqlalchemy import (
+    CTE,
     BigInteger,
     ColumnElement,
     Connection,
     DateTime,
     Integer,
     String,
+    Table,
     Text,
+    Update,
     and_,
     bindparam,
+    case,
     cast,
     column,
     delete,
@@ -162,6 +167,7 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
     now = utcnow()
     claimable = _claimable(now, owner)
     picked: list[int] = []
+    jobs: list[Job] = []
     left = dict(host_room)
     exhausted = False
     due_left: datetime | None = None
@@ -190,32 +196,9 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
             else:
                 due_left = now  # a due row this claim had no room for
         if fresh:  # claimed now, so the next pass no longer sees them
-            connection.execute(update(deliveries).where(deliveries.c.id.in_(fresh)).values(
-                claimed_until=now + timedelta(seconds=lease_seconds), claim_owner=owner,
-                attempts=deliveries.c.attempts + 1))
+            jobs += _lease(connection, fresh, now=now, owner=owner,
+                           until=now + timedelta(seconds=lease_seconds))
             picked += fresh
-    jobs: list[Job] = []
-    if picked:
-        connection.execute(insert(attempts).from_select(
-            ["delivery_id", "number", "started_at", "duration_ms", "status_code", "error",
-             "outcome"],
-            select(deliveries.c.id, deliveries.c.attempts, literal(now, attempts.c.started_at.type),
-                   literal(0), null(), null(), literal(UNKNOWN))
-            .where(deliveries.c.id.in_(picked))))
-        rows = connection.execute(
-            select(deliveries.c.id, deliveries.c.attempts, deliveries.c.event_id,
-                   deliveries.c.subscription_id, subscriptions.c.url, subscriptions.c.host,
-                   subscriptions.c.secret, subscriptions.c.previous_secret,
-                   subscriptions.c.previous_secret_until, events.c.body)
-            .join(subscriptions, subscriptions.c.id == deliveries.c.subscription_id)
-            .join(events, events.c.id == deliveries.c.event_id)
-            .where(deliveries.c.id.in_(picked)).order_by(deliveries.c.next_attempt_at))
-        jobs = [Job(delivery_id=row.id, number=row.attempts, event_id=row.event_id,
-                    subscription_id=row.subscription_id, url=row.url, host=row.host,
-                    body=bytes(row.body),
-                    secrets=signing_secrets(row.secret, row.previous_secret,
-                                            row.previous_secret_until, now))
-                for row in rows]
     next_due = due_left
     if exhausted and next_due is None:
         next_due = connection.execute(
@@ -223,6 +206,54 @@ def claim_due(connection: Connection, *, owner: str, lease_seconds: float, room:
         ).scalar_one_or_none()
     return Claim(jobs=jobs, next_due=as_utc(next_due) if next_due else None,
                  exhausted=exhausted)
+
+
+def _lease(connection: Connection, ids: list[int], *, now: datetime, owner: str,
+           until: datetime) -> list[Job]:
+    """Lease the deliveries ``ids`` to ``owner`` until ``until``, count the attempt, start its
+    history row (outcome ``unknown``) and return what to send, in due order.
+
+    On PostgreSQL one statement (a data-modifying CTE: the update, the history insert fed by
+    its ``RETURNING``, and the join that reads the jobs): the cost there is per statement.
+    SQLite runs the three in turn, inside the same ``BEGIN IMMEDIATE`` transaction.
+    """
+    lease = update(deliveries).where(deliveries.c.id.in_(ids)).values(
+        claimed_until=until, claim_owner=owner, attempts=deliveries.c.attempts + 1)
+    history_columns = ["delivery_id", "number", "started_at", "duration_ms", "status_code",
+                       "error", "outcome"]
+    started = (literal(now, attempts.c.started_at.type), literal(0), null(), null(),
+               literal(UNKNOWN))
+    claimed: CTE | Table
+    history: CTE | None = None
+    if connection.dialect.name == "postgresql":
+        claimed = lease.returning(deliveries.c.id, deliveries.c.attempts,
+                                  deliveries.c.event_id, deliveries.c.subscription_id,
+                                  deliveries.c.next_attempt_at).cte("claimed")
+        history = insert(attempts).from_select(
+            history_columns, select(claimed.c.id, claimed.c.attempts, *started)).cte("history")
+    else:
+        claimed = deliveries
+        connection.execute(lease)
+        connection.execute(insert(attempts).from_select(
+            history_columns,
+            select(deliveries.c.id, deliveries.c.attempts, *started)
+            .where(deliveries.c.id.in_(ids))))
+    query = (select(claimed.c.id, claimed.c.attempts, claimed.c.event_id,
+                    claimed.c.subscription_id, subscriptions.c.url, subscriptions.c.host,
+                    subscriptions.c.secret, subscriptions.c.previous_secret,
+                    subscriptions.c.previous_secret_until, events.c.body)
+             .join_from(claimed, subscriptions, subscriptions.c.id == claimed.c.subscription_id)
+             .join(events, events.c.id == claimed.c.event_id)
+             .order_by(claimed.c.next_attempt_at))
+    # A CTE that the query does not read is still run by PostgreSQL, once, with the others.
+    rows = connection.execute(query.add_cte(history) if history is not None
+                              else query.where(deliveries.c.id.in_(ids)))
+    return [Job(delivery_id=row.id, number=row.attempts, event_id=row.event_id,
+                subscription_id=row.subscription_id, url=row.url, host=row.host,
+                body=bytes(row.body),
+                secrets=signing_secrets(row.secret, row.previous_secret,
+                                        row.previous_secret_until, now))
+            for row in rows]
 
 
 def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
@@ -249,6 +280,8 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
         subscriptions.c.id.in_({outcome.job.subscription_id for outcome in outcomes}))
         .order_by(subscriptions.c.id).with_for_update(key_share=True))
     ours = (deliveries.c.state == PENDING, deliveries.c.claim_owner == owner)
+    if not failures and connection.dialect.name == "postgresql":
+        return _settle_delivered(connection, outcomes, owner=owner, now=now)
     delivered = {outcome.job.delivery_id for outcome in outcomes if outcome.error is None}
     if delivered:
         delivered = set(connection.execute(
@@ -284,45 +317,75 @@ def settle(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
             connection.execute(update(deliveries).where(deliveries.c.id == job.delivery_id)
                                .values(retries_left=row.retries_left - 1,
                                        next_attempt_at=due, **released))
-        answers.append({"b_delivery": job.delivery_id, "b_number": job.number,
-                        "b_started": outcome.started_at, "b_duration": outcome.duration_ms,
-                        "b_status": outcome.status_code, "b_error": outcome.error,
-                        "b_excerpt": outcome.response_excerpt,
-                        "b_outcome": UNKNOWN if settled == "stale" else settled})
+        answers.append(_answer(outcome, UNKNOWN if settled == "stale" else settled))
         results.append(settled)
     _record_answers(connection, answers)
     return results
 
 
-def _record_answers(connection: Connection, answers: list[dict[str, object]]) -> None:
-    """Fill in the history rows of a settled batch.
+def _answer(outcome: Outcome, settled: str) -> dict[str, object]:
+    """The bind values that fill in ``outcome``'s history row, ``settled`` its outcome."""
+    job = outcome.job
+    return {"b_delivery": job.delivery_id, "b_number": job.number,
+            "b_started": outcome.started_at, "b_duration": outcome.duration_ms,
+            "b_status": outcome.status_code, "b_error": outcome.error,
+            "b_excerpt": outcome.response_excerpt, "b_outcome": settled}
 
-    On PostgreSQL one ``UPDATE … FROM (VALUES …)`` statement, whatever the batch's size: the
-    cost there is per statement (an executemany runs one per row, even pipelined). SQLite's
-    executemany steps one prepared statement in process, which costs little per row, and its
-    ``UPDATE … FROM`` takes no ``VALUES`` list with named columns.
+
+def _fill_from_values(answers: list[dict[str, object]]) -> Update:
+    """PostgreSQL: one ``UPDATE … FROM (VALUES …)`` of the history rows, whatever the batch's
+    size (the cost there is per statement; an executemany runs one per row, even pipelined).
+    """
+    # Columns read off ``values()`` before ``.data()`` would name the empty VALUES in the FROM
+    # clause, hence the names listed here. A None is rendered as a bare NULL, typed text when
+    # a whole column is NULL: the nullable ones are cast back.
+    names = ("b_delivery", "b_number", "b_started", "b_duration", "b_status", "b_error",
+             "b_outcome", "b_excerpt")
+    answered = values(
+        column("b_delivery", BigInteger), column("b_number", Integer),
+        column("b_started", DateTime(timezone=True)), column("b_duration", Integer),
+        column("b_status", Integer), column("b_error", Text), column("b_outcome", String),
+        column("b_excerpt", Text), name="answered",
+    ).data([tuple(answer[name] for name in names) for answer in answers])
+    return update(attempts).where(
+        attempts.c.delivery_id == answered.c.b_delivery,
+        attempts.c.number == answered.c.b_number).values(
+        started_at=answered.c.b_started, duration_ms=answered.c.b_duration,
+        status_code=cast(answered.c.b_status, Integer),
+        error=cast(answered.c.b_error, Text), outcome=answered.c.b_outcome,
+        response_excerpt=cast(answered.c.b_excerpt, Text))
+
+
+def _settle_delivered(connection: Connection, outcomes: Sequence[Outcome], *, owner: str,
+                      now: datetime) -> list[Settled]:
+    """PostgreSQL, every attempt of the batch a 2xx (subscriptions already locked): one
+    statement, the deliveries' update (a CTE saying which are still ``owner``'s) feeding the
+    history rows' one; an attempt whose claim is no longer ``owner``'s keeps ``unknown``."""
+    done = (update(deliveries).where(
+        deliveries.c.id.in_({outcome.job.delivery_id for outcome in outcomes}),
+        deliveries.c.state == PENDING, deliveries.c.claim_owner == owner)
+        .values(state=DELIVERED, next_attempt_at=None, finished_at=now, claimed_until=None,
+                claim_owner=None)
+        .returning(deliveries.c.id).cte("done"))
+    fill = _fill_from_values([_answer(outcome, DELIVERED) for outcome in outcomes])
+    rows = connection.execute(fill.values(outcome=case(
+        (attempts.c.delivery_id.in_(select(done.c.id)), literal(DELIVERED)),
+        else_=literal(UNKNOWN))).returning(attempts.c.delivery_id, attempts.c.outcome))
+    delivered = {row.delivery_id for row in rows if row.outcome == DELIVERED}
+    return ["delivered" if outcome.job.delivery_id in delivered else "stale"
+            for outcome in outcomes]
+
+
+def _record_answers(connection: Connection, answers: list[dict[str, object]]) -> None:
+    """Fill in the history rows of a settled batch: on PostgreSQL one statement
+    (``_fill_from_values``). SQLite's executemany steps one prepared statement in process,
+    which costs little per row, and its ``UPDATE … FROM`` takes no ``VALUES`` list with named
+    columns.
     """
     if not answers:
         return
     if connection.dialect.name == "postgresql":
-        # Columns read off ``values()`` before ``.data()`` would name the empty VALUES in
-        # the FROM clause, hence the names listed here. A None is rendered as a bare NULL,
-        # typed text when a whole column is NULL: the nullable ones are cast back.
-        names = ("b_delivery", "b_number", "b_started", "b_duration", "b_status", "b_error",
-                 "b_outcome", "b_excerpt")
-        answered = values(
-            column("b_delivery", BigInteger), column("b_number", Integer),
-            column("b_started", DateTime(timezone=True)), column("b_duration", Integer),
-            column("b_status", Integer), column("b_error", Text), column("b_outcome", String),
-            column("b_excerpt", Text), name="answered",
-        ).data([tuple(answer[name] for name in names) for answer in answers])
-        connection.execute(update(attempts).where(
-            attempts.c.delivery_id == answered.c.b_delivery,
-            attempts.c.number == answered.c.b_number).values(
-            started_at=answered.c.b_started, duration_ms=answered.c.b_duration,
-            status_code=cast(answered.c.b_status, Integer),
-            error=cast(answered.c.b_error, Text), outcome=answered.c.b_outcome,
-            response_excerpt=cast(answered.c.b_excerpt, Text)))
+        connection.execute(_fill_from_values(answers))
         return
     connection.execute(update(attempts).where(
         attempts.c.delivery_id == bindparam("b_delivery"),
