@@ -5,7 +5,8 @@ share one PostgreSQL schema and one Redis. A run starts on process A; its model 
 second turn open (the first wrote a file), so the run is mid-way when A is SIGKILLed (no
 shutdown, no flush).
 Process B's lease sweep finds the run's expired lease and ends it: a stream read from B
-gets ``error`` then ``done`` (``finalStatus`` failed), and the owner's webhook receiver gets
+throughout (turn 1's events came from A through Redis) gets ``error`` then ``done``
+(``finalStatus`` failed), and the owner's webhook receiver gets
 ``project.failed`` exactly once.
 """
 
@@ -101,14 +102,17 @@ async def test_a_run_whose_host_dies_is_ended_by_another_host(
             slug = (await new_project(on_a, "lost"))["slug"]
             started = await on_a.post(f"/projects/{slug}/start")
             assert started.status_code == 201, started.text
-            with trio.fail_after(ENDED_WITHIN_SECONDS):
-                await model.holding.wait()  # A ran turn 1 and asks for turn 2
-            process_a.kill()  # SIGKILL: no shutdown, no flush, the lease is no longer renewed
-            await process_a.wait()
             async with open_sse(url_b, f"/projects/{slug}/stream") as stream:
                 assert stream.status == 200
+                # Watched from B: turn 1's events, committed and fanned out by A.
+                seen = await stream.until("tool_result", ENDED_WITHIN_SECONDS)
+                with trio.fail_after(ENDED_WITHIN_SECONDS):
+                    await model.holding.wait()  # A ran turn 1 and asks for turn 2
+                process_a.kill()  # SIGKILL: no shutdown, no flush, no more lease renewals
+                await process_a.wait()
                 events = await stream.until("done", ENDED_WITHIN_SECONDS)
             names = [event.event for event in events]
+            assert events[:len(seen)] == seen and names.count("done") == 1, names
             assert names[-2:] == ["error", "done"], names
             assert events[-1].json()["finalStatus"] == "failed", events[-1].data
             assert "stopped" in events[-2].json()["message"], events[-2].data
