@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import h11
 import trio
 from sqlalchemy import func, select
 
@@ -211,11 +212,13 @@ async def test_a_stalled_subscriber_delays_nobody_and_resumes(
             assert_well_formed(complete)
             assert complete[-1].event == "done" and stalled.events == []
             # It is disconnected: with a last comment when its write had gone through, by
-            # a reset of the connection when the write was stuck (the kernel's buffers full).
+            # a reset of the connection when the write was stuck (the kernel's buffers full),
+            # or, when the reset races the server's own close, by a close in the middle of a
+            # chunk; either way it resumes below.
             try:
                 await stalled.until_end(timeout=60)
                 assert any("more than 100 events behind" in c for c in stalled.comments)
-            except trio.BrokenResourceError:
+            except (trio.BrokenResourceError, h11.RemoteProtocolError):
                 pass
             assert len(stalled.events) < len(complete)
             assert stalled.events == complete[:len(stalled.events)]
