@@ -78,14 +78,16 @@ def redis_client(url: str, *, connect_timeout: float = 2.0, timeout: float = 2.0
     A frozen Redis accepts connections (its kernel does) and never answers: opening a
     connection (``connect_timeout``) and every command (``timeout``, the client's
     ``stream_timeout``) have a deadline. Nothing is retried by the client (coredis retries
-    twice by default): a retry multiplies the wait for a hung Redis, and the caller answers
-    503 or backs off anyway.
+    twice by default) on one Redis: a retry multiplies the wait for a hung Redis, and the
+    caller answers 503 or backs off anyway.
     """
-    deadlines: dict[str, Any] = {"connect_timeout": connect_timeout,
-                                 "stream_timeout": timeout, "retry_policy": NoRetryPolicy()}
+    deadlines: dict[str, Any] = {"connect_timeout": connect_timeout, "stream_timeout": timeout}
     if is_cluster_url(url):
+        # The cluster client keeps its own retry policy: it is what moves a command to the
+        # replica promoted after a failover (with none, the clients never found it).
         return cluster_client(url, **deadlines)
-    return coredis.Redis.from_url(url, decode_responses=True, **deadlines)
+    return coredis.Redis.from_url(url, decode_responses=True, retry_policy=NoRetryPolicy(),
+                                  **deadlines)
 
 
 def key_slot(key: str) -> int:
