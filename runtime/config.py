@@ -183,6 +183,13 @@ class SandboxSettings(Section):
     registries: list[str] = []
 
 
+class RetentionSettings(Section):
+    """The ``core.retention`` actor (``runtime.retention``)."""
+
+    check_seconds: float = Field(3600.0, gt=0)
+    partitions_ahead: int = Field(3, ge=1)
+
+
 class PluginsSettings(Section):
     model_config = ConfigDict(extra="allow", frozen=True)
     enabled: list[str] = list(BUILTIN_PLUGINS)
@@ -199,6 +206,7 @@ class Settings(Section):
     supervisor: SupervisorSettings = SupervisorSettings()
     limits: LimitsSettings = LimitsSettings()
     sandbox: SandboxSettings = SandboxSettings()
+    retention: RetentionSettings = RetentionSettings()
     pricing: dict[str, Decimal] = {}
     plugins: PluginsSettings = PluginsSettings()
 

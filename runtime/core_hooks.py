@@ -2,7 +2,8 @@
 
 They give the core tables and migrations, authenticate internal callers, price routes
 from ``[pricing]``, run the housekeeping actor that purges expired idempotency keys and the
-one that writes batched log lines (``runtime.logs``). Like a plugin's hooks, this module
+one that writes batched log lines (``runtime.logs``), and the retention actor that keeps
+the plugins' append-only tables (``runtime.retention``). Like a plugin's hooks, this module
 imports at its top only what the request hooks need, so that ``flowsvc --help`` loads no
 database or web stack.
 """
@@ -66,6 +67,7 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
     from runtime.actors import ActorSpec
     from runtime.backoff import until_available
     from runtime.idempotency import purge_expired
+    from runtime.retention import retention_actor
 
     async def housekeeper(mailbox: Mailbox, *,
                           task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
@@ -87,5 +89,10 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
         finally:
             flush_logs()
 
+    retained = [table for tables in service.pm.hook.flowsvc_retained_tables(service=service)
+                for table in tables or []]
+    retention = service.settings.retention
     return [ActorSpec(name="core.housekeeper", run=housekeeper),
-            ActorSpec(name="core.log_flusher", run=log_flusher)]
+            ActorSpec(name="core.log_flusher", run=log_flusher),
+            retention_actor(service.db, retained, check_seconds=retention.check_seconds,
+                            ahead=retention.partitions_ahead)]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from runtime.hooktypes import Command, PluginConfig, ReadinessCheck
     from runtime.limits import Bucket
     from runtime.principal import Credentials, Principal
+    from runtime.retention import RetainedTable
     from runtime.service import Service
 
 hookspec = pluggy.HookspecMarker("flowsvc")
@@ -89,6 +90,18 @@ def flowsvc_migrations() -> Path | None:
     ``depends_on = "core"``; ``flowsvc migrate`` upgrades every enabled plugin's branch.
 
     :return: a folder of revision files, or None for a plugin without tables.
+    """
+
+
+@hookspec
+def flowsvc_retained_tables(service: Service) -> list[RetainedTable] | None:
+    """Return the plugin's append-only tables whose old rows the ``core.retention`` actor
+    drops: partitions on PostgreSQL for a table declared ``partitioned`` (its migration
+    made it ``PARTITION BY RANGE`` with a ``<table>_default`` partition), batched deletes
+    otherwise (``runtime.retention``).
+
+    :param service: the service being started (for the plugin's retention settings).
+    :return: one ``RetainedTable`` per table.
     """
 
 

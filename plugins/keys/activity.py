@@ -1,8 +1,9 @@
 """What the caller's keys did: per-key counts for a window in one query, the request log
 across all the caller's keys with filters, and its live tail over SSE.
 
-All three read the usage log (``api_key_usage``), joined to the caller's keys, so another
-user's calls are never in reach. The tail follows the log by row id, which is also its SSE
+The counts read the usage rollups (``plugins.keys.rollups``), the log reads the usage log
+(``api_key_usage``), each limited to the caller's keys, so another user's calls are never in
+reach. The tail follows the log by row id, which is also its SSE
 event id: ``Last-Event-ID`` resumes after the last row seen, on any process, since the log is
 in the database. Rows reach the log within ``usage_flush_seconds``; the tail polls every
 ``TAIL_POLL_SECONDS`` while nothing new is there.
@@ -19,8 +20,9 @@ import trio
 from pydantic import BaseModel, Field
 from quart import Blueprint, Response, request
 from quart_schema import document_response, validate_querystring
-from sqlalchemy import Connection, case, func, select
+from sqlalchemy import Connection, func, select
 
+from plugins.keys import rollups
 from plugins.keys.tables import api_key_usage, api_keys
 from runtime.context import require_user
 from runtime.errors import InvalidRequest, NotFound
@@ -91,34 +93,26 @@ class LogResponse(BaseModel):
     calls: list[dict[str, Any]]
 
 
-def _outcome_columns() -> list[Any]:
-    status = api_key_usage.c.status
-    kinds = {"ok": status < 400, "402": status == 402, "429": status == 429,
-             "4xx": (status >= 400) & (status < 500) & (status != 402) & (status != 429),
-             "5xx": status >= 500}
-    return [func.coalesce(func.sum(case((condition, 1), else_=0)), 0).label(f"o{name}")
-            for name, condition in kinds.items()]
-
-
 def key_stats(connection: Connection, user_id: int, since: datetime) -> list[dict[str, Any]]:
     """Every key of ``user_id`` (and those revoked within the window) with its
-    requests by outcome, charges and cost since ``since``: one grouped query."""
-    usage, keys = api_key_usage.c, api_keys.c
-    requests = func.coalesce(func.sum(case((usage.kind == "request", 1), else_=0)), 0)
-    charges = func.coalesce(func.sum(case((usage.kind == "charge", 1), else_=0)), 0)
-    query = (select(keys.id, keys.last_used_at, requests.label("requests"),
-                    charges.label("charges"), func.coalesce(func.sum(usage.cost), 0)
-                    .label("cost"), *_outcome_columns())
-             .select_from(api_keys.outerjoin(
-                 api_key_usage, (usage.key_id == keys.id) & (usage.at >= since)))
-             .where(keys.user_id == user_id,
-                    keys.revoked_at.is_(None) | (keys.revoked_at >= since))
-             .group_by(keys.id, keys.last_used_at).order_by(keys.id.desc()))
-    return [{"key_id": str(row.id), "requests": int(row.requests), "charges": int(row.charges),
-             "outcomes": {name: int(getattr(row, f"o{name}")) for name in OUTCOMES},
-             "cost_flow": format_flow(int(row.cost)),
+    requests by outcome, charges and cost since ``since``, from the rollups."""
+    keys = api_keys.c
+    rows = connection.execute(
+        select(keys.id, keys.last_used_at)
+        .where(keys.user_id == user_id, keys.revoked_at.is_(None) | (keys.revoked_at >= since))
+        .order_by(keys.id.desc())).all()
+    counts = {row.id: {"requests": 0, "charges": 0, "cost": 0} for row in rows}
+    outcomes = {row.id: dict.fromkeys(OUTCOMES, 0) for row in rows}
+    for group in rollups.totals(connection, list(counts), since):
+        counts[group.key_id]["requests" if group.kind == "request" else "charges"] += group.calls
+        counts[group.key_id]["cost"] += group.cost
+        if group.outcome in OUTCOMES:
+            outcomes[group.key_id][group.outcome] += group.calls
+    return [{"key_id": str(row.id), "requests": counts[row.id]["requests"],
+             "charges": counts[row.id]["charges"], "outcomes": outcomes[row.id],
+             "cost_flow": format_flow(counts[row.id]["cost"]),
              "last_used_at": iso(as_utc(row.last_used_at)) if row.last_used_at else None}
-            for row in connection.execute(query)]
+            for row in rows]
 
 
 def _owns(connection: Connection, user_id: int, key_id: int) -> bool:
@@ -127,55 +121,40 @@ def _owns(connection: Connection, user_id: int, key_id: int) -> bool:
                                                     keys.user_id == user_id)).first() is not None
 
 
-def _bucket(since: datetime, width: int) -> Any:
-    offset = func.extract("epoch", api_key_usage.c.at) - since.timestamp()
-    return func.floor(offset / width).label("bucket")
-
-
 def key_series(connection: Connection, user_id: int, key_id: int, since: datetime,
                width: int, count: int) -> list[dict[str, Any]] | None:
     """The key's requests by outcome in ``count`` buckets of ``width`` seconds from
-    ``since``, counted by the database (one grouped query); None when ``user_id`` has no
-    such key."""
-    usage = api_key_usage.c
+    ``since``, from the rollups; None when ``user_id`` has no such key."""
     if not _owns(connection, user_id, key_id):
         return None
-    bucket = _bucket(since, width)
-    rows = connection.execute(
-        select(bucket, *_outcome_columns())
-        .where(usage.key_id == key_id, usage.at >= since, usage.kind == "request")
-        .group_by(bucket))
-    counted = {int(row.bucket): {name: int(getattr(row, f"o{name}")) for name in OUTCOMES}
-               for row in rows}
-    empty = dict.fromkeys(OUTCOMES, 0)
-    return [{"from": iso(since + timedelta(seconds=index * width)),
-             "outcomes": counted.get(index, empty)} for index in range(count)]
+    counted = [dict.fromkeys(OUTCOMES, 0) for _ in range(count)]
+    for index, group in rollups.buckets(connection, key_id, since, width):
+        if index < count and group.kind == "request" and group.outcome in OUTCOMES:
+            counted[index][group.outcome] += group.calls
+    return [{"from": iso(since + timedelta(seconds=index * width)), "outcomes": outcomes}
+            for index, outcomes in enumerate(counted)]
 
 
 def key_series_by_model(connection: Connection, user_id: int, key_id: int, since: datetime,
                         width: int, count: int
                         ) -> tuple[list[str], list[dict[str, Any]]] | None:
     """The key's calls (requests and charges) and their cost by model in ``count`` buckets
-    of ``width`` seconds from ``since`` (one grouped query), and the models, most calls
+    of ``width`` seconds from ``since``, from the rollups, and the models, most calls
     first; None when ``user_id`` has no such key."""
-    usage = api_key_usage.c
     if not _owns(connection, user_id, key_id):
         return None
-    bucket = _bucket(since, width)
-    model = func.coalesce(usage.model, "unknown").label("model")
-    rows = connection.execute(
-        select(bucket, model, func.count().label("calls"),
-               func.coalesce(func.sum(usage.cost), 0).label("cost"))
-        .where(usage.key_id == key_id, usage.at >= since).group_by(bucket, model))
-    counted: dict[int, dict[str, dict[str, Any]]] = {}
+    counted: dict[int, dict[str, list[int]]] = {}
     totals: dict[str, int] = {}
-    for row in rows:
-        counted.setdefault(int(row.bucket), {})[row.model] = {
-            "calls": int(row.calls), "cost_flow": format_flow(int(row.cost))}
-        totals[row.model] = totals.get(row.model, 0) + int(row.calls)
+    for index, group in rollups.buckets(connection, key_id, since, width):
+        figures = counted.setdefault(index, {}).setdefault(group.model, [0, 0])
+        figures[0] += group.calls
+        figures[1] += group.cost
+        totals[group.model] = totals.get(group.model, 0) + group.calls
     models = sorted(totals, key=lambda name: (-totals[name], name))
     return models, [{"from": iso(since + timedelta(seconds=index * width)),
-                     "models": counted.get(index, {})} for index in range(count)]
+                     "models": {model: {"calls": calls, "cost_flow": format_flow(cost)}
+                                for model, (calls, cost) in counted.get(index, {}).items()}}
+                    for index in range(count)]
 
 
 def _public_call(row: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from runtime.context import RequestContext
     from runtime.hooktypes import ReadinessCheck
     from runtime.principal import Credentials, Principal
+    from runtime.retention import RetainedTable
     from runtime.service import Service
 else:
     pipeline = lazy_module("plugins.keys.pipeline")  # the request hooks' (see lazy_module)
@@ -54,9 +55,20 @@ def flowsvc_actors(service: Service) -> list[ActorSpec]:
         charges_actor(state, embedded=service.shared.redis is None,
                       shared_lock=service.shared.lock),
         usage_actor(service.db, state.usage, batch=settings.usage_batch,
-                    flush_seconds=settings.usage_flush_seconds,
-                    retention_days=settings.usage_retention_days),
+                    flush_seconds=settings.usage_flush_seconds),
     ]
+
+
+@hookimpl
+def flowsvc_retained_tables(service: Service) -> list[RetainedTable]:
+    from plugins.keys.state import KEYS
+    from plugins.keys.tables import api_key_usage, api_key_usage_rollups
+    from runtime.retention import RetainedTable
+
+    # The rollups go with the log's days (the same cutoff), so "all" counts what the log holds.
+    days = service.state(KEYS).settings.usage_retention_days
+    return [RetainedTable(api_key_usage, "at", days),
+            RetainedTable(api_key_usage_rollups, "bucket_start", days, partitioned=False)]
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""Tables of the keys plugin: the key records and their usage log.
+"""Tables of the keys plugin: the key records, their usage log and its rollups.
 
 Amounts are BigInteger micro-FLOW. ``spend_used`` is the spend of the period identified by
 ``spend_period_key`` (see ``plugins.keys.periods``); ``spend_epoch`` grows whenever
@@ -47,6 +47,9 @@ api_keys = Table(
     Column("revoked_at", DateTime(timezone=True), nullable=True),
 )
 
+# On PostgreSQL the log is partitioned by day of ``at`` (keys_0004): its primary key there is
+# (id, at), as a partitioned table's must include the partition column; ``id`` alone stays
+# unique, as every id comes from the one sequence. SQLite keeps a plain table.
 api_key_usage = Table(
     "api_key_usage", metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
@@ -64,6 +67,23 @@ api_key_usage = Table(
     Index("ix_api_key_usage_key_id_at", "key_id", "at"),
     Index("ix_api_key_usage_at", "at"),
     Index("ix_api_key_usage_request_id", "request_id"),
+)
+
+# Per key, per minute, hour and day (``bucket_seconds``, buckets counted from the Unix
+# epoch), by kind, model ("unknown" for none) and outcome: written with the usage rows
+# (``plugins.keys.rollups``) and read by the usage answers.
+api_key_usage_rollups = Table(
+    "api_key_usage_rollups", metadata,
+    Column("key_id", BigInteger, ForeignKey("api_keys.id"), primary_key=True),
+    Column("bucket_seconds", Integer, primary_key=True),
+    Column("bucket_start", DateTime(timezone=True), primary_key=True),
+    Column("kind", String(8), primary_key=True),
+    Column("model", String(64), primary_key=True),
+    Column("outcome", String(4), primary_key=True),
+    Column("calls", BigInteger, nullable=False),
+    Column("cost", BigInteger, nullable=False),
+    Column("latency_us", BigInteger, nullable=False),
+    Index("ix_api_key_usage_rollups_bucket_start", "bucket_start"),
 )
 
 key_charges = Table(

@@ -20,30 +20,31 @@ and counted as ``overflow`` (at 10,000 entries, about a minute of 150 key reques
 second per process). A batch refused for any other reason (a bug, bad data) is dropped
 and counted as ``write_failed``, so that it cannot block the log. What is buffered when
 the service stops is written before the actor ends (within 3 s; what cannot be written
-then is counted as ``write_failed``). Rows older than ``usage_retention_days`` are purged
-hourly.
+then is counted as ``write_failed``). Rows older than ``usage_retention_days`` are dropped
+by the core's retention actor (``runtime.retention``: by day partitions on PostgreSQL), with
+their rollups.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 import trio
 from prometheus_client import CollectorRegistry, Counter
-from sqlalchemy import Connection, case, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, insert, or_, select, update
 
+from plugins.keys import rollups
 from plugins.keys.tables import api_key_usage, api_keys
 from runtime.actors import ActorSpec, Mailbox
-from runtime.backoff import Backoff, outage_cause, until_available
+from runtime.backoff import Backoff, outage_cause
 from runtime.errors import is_outage
 from runtime.storage import Database
-from runtime.wire import as_utc, format_flow, iso, utcnow
+from runtime.wire import as_utc, format_flow, iso
 
 log = logging.getLogger("flowsvc.keys")
 USAGE_ACTOR = "keys.usage"
-PURGE_INTERVAL_SECONDS = 3600.0
 
 
 class UsageEntry(NamedTuple):
@@ -119,7 +120,8 @@ class UsageLog:
 
 
 def write_entries(connection: Connection, entries: list[UsageEntry]) -> None:
-    """Insert ``entries`` and move each key's ``last_used_at`` to its newest entry."""
+    """Insert ``entries``, add them to their rollups and move each key's ``last_used_at``
+    to its newest entry."""
     connection.execute(insert(api_key_usage), [
         {"key_id": entry.key_id, "at": entry.at, "kind": entry.kind, "method": entry.method,
          "route": entry.route, "status": entry.status, "cost": entry.cost,
@@ -133,15 +135,11 @@ def write_entries(connection: Connection, entries: list[UsageEntry]) -> None:
             api_keys.c.id == key_id,
             or_(api_keys.c.last_used_at.is_(None), api_keys.c.last_used_at < at))
             .values(last_used_at=at))
+    rollups.add(connection, entries)
 
 
-def purge_before(connection: Connection, moment: datetime) -> int:
-    result = connection.execute(delete(api_key_usage).where(api_key_usage.c.at < moment))
-    return result.rowcount
-
-
-def usage_actor(db: Database, usage: UsageLog, *, batch: int, flush_seconds: float,
-                retention_days: int) -> ActorSpec:
+def usage_actor(db: Database, usage: UsageLog, *, batch: int, flush_seconds: float
+                ) -> ActorSpec:
     """The ``keys.usage`` actor: writes ``usage``'s buffer to the database in batches."""
 
     async def write(entries: list[UsageEntry]) -> list[UsageEntry]:
@@ -161,13 +159,6 @@ def usage_actor(db: Database, usage: UsageLog, *, batch: int, flush_seconds: flo
                           exc_info=True)
         return []
 
-    async def purge() -> None:
-        while True:
-            await until_available(
-                lambda: db.write(purge_before, utcnow() - timedelta(days=retention_days)),
-                what="purging the usage log", log=log)
-            await trio.sleep(PURGE_INTERVAL_SECONDS)
-
     async def writer() -> None:
         backoff = Backoff()
         while True:
@@ -184,7 +175,6 @@ def usage_actor(db: Database, usage: UsageLog, *, batch: int, flush_seconds: flo
                   task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(purge)
                 nursery.start_soon(writer)
                 task_status.started()
                 async for envelope in mailbox:  # it takes no messages; it ends when closed
@@ -203,27 +193,20 @@ def usage_actor(db: Database, usage: UsageLog, *, batch: int, flush_seconds: flo
 
 
 def summary(connection: Connection, key_id: int, since: datetime | None) -> dict[str, Any]:
-    """Totals of a key's log since ``since`` (all of it when None), and by model."""
-    usage = api_key_usage.c
-    query = (select(usage.model, usage.kind, func.count().label("n"),
-                    func.coalesce(func.sum(usage.cost), 0).label("cost"),
-                    func.coalesce(func.sum(case((usage.status >= 400, 1), else_=0)), 0)
-                    .label("errors"),
-                    func.coalesce(func.sum(usage.latency_us), 0).label("latency"))
-             .where(usage.key_id == key_id).group_by(usage.model, usage.kind))
-    if since is not None:
-        query = query.where(usage.at >= since)
+    """Totals of a key's log since ``since`` (all that is kept when None), and by model,
+    from its rollups (``plugins.keys.rollups``)."""
     totals = {"requests": 0, "charges": 0, "errors": 0, "cost": 0, "latency": 0}
     models: dict[str, dict[str, int]] = {}
-    for row in connection.execute(query):
-        count_name = "requests" if row.kind == "request" else "charges"
-        totals[count_name] += int(row.n)
-        totals["errors"] += int(row.errors)
-        totals["cost"] += int(row.cost)
-        totals["latency"] += int(row.latency)
-        model = models.setdefault(row.model or "unknown", {"requests": 0, "charges": 0, "cost": 0})
-        model[count_name] += int(row.n)
-        model["cost"] += int(row.cost)
+    for group in rollups.totals(connection, [key_id], since):
+        count_name = "requests" if group.kind == "request" else "charges"
+        totals[count_name] += group.calls
+        totals["errors"] += group.calls if group.outcome in rollups.ERRORS else 0
+        totals["cost"] += group.cost
+        totals["latency"] += group.latency_us
+        model = models.setdefault(group.model or rollups.NO_MODEL,
+                                  {"requests": 0, "charges": 0, "cost": 0})
+        model[count_name] += group.calls
+        model["cost"] += group.cost
     by_model = [{"model": name, "requests": figures["requests"], "charges": figures["charges"],
                  "cost_flow": format_flow(figures["cost"])}
                 for name, figures in sorted(models.items(), key=lambda item: (-item[1]["cost"],

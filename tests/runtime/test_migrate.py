@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 import trio
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from runtime.bootstrap import open_service
@@ -20,7 +18,7 @@ from runtime.config import ConfigError, Settings
 from runtime.migrate import upgrade
 from runtime.plugins import BUILTIN, available_plugins
 from runtime.service import Service
-from tests.support.schema import combined_metadata
+from tests.support.schema import combined_metadata, drift
 from tests.support.server import ROOT, make_settings, settings_env
 
 ALL_BUILTIN = [name for name in BUILTIN if name in available_plugins()]
@@ -45,8 +43,7 @@ def _schema(service: Service) -> tuple[set[str], set[str]]:
 
 def _drift(service: Service) -> list[Any]:
     with service.db.engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
-        return list(compare_metadata(context, combined_metadata(service.metadata())))
+        return drift(connection, service.metadata())
 
 
 @pytest.mark.parametrize("plugins", [[], ["auth"], ALL_BUILTIN],

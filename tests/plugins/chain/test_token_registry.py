@@ -12,8 +12,6 @@ from typing import Any
 import httpx
 import pytest
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from sqlalchemy import Engine, insert, inspect, select, text
 
 from plugins.chain.tables import tokens
@@ -24,7 +22,7 @@ from runtime.migrate import alembic_config
 from runtime.service import Service
 from runtime.wire import utcnow
 from tests.support.backends import another_database
-from tests.support.schema import combined_metadata
+from tests.support.schema import drift
 from tests.support.server import INTERNAL, client, make_settings, settings_env
 from tests.support.tokens import add_token, chain_env, serve_chain
 from tests.support.wallet import sign_in
@@ -163,8 +161,7 @@ async def test_a_database_migrated_before_the_move_upgrades_and_keeps_its_tokens
                             migrate=True) as upgraded:
         with upgraded.db.engine.connect() as connection:
             assert connection.execute(select(tokens).order_by(tokens.c.slug)).all() == before
-            context = MigrationContext.configure(connection, opts={"compare_type": True})
-            assert compare_metadata(context, combined_metadata(upgraded.metadata())) == []
+            assert drift(connection, upgraded.metadata()) == []
         schema = _described(upgraded.db.engine)
     with another_database(tmp_path, database_url) as fresh_url:
         async with open_service(_service_settings(tmp_path / "fresh", fresh_url, plugins),

@@ -70,7 +70,7 @@ async def test_a_charge_whose_commit_broke(tmp_path: Path, nursery: trio.Nursery
             key = await create_key(http, rate_limit_rpm=0)
             key_id = int(key["id"])
             # The usage row is written only by the transaction that records the charge.
-            cutter.cut_next("api_key_usage", after=committed)
+            cutter.cut_next("INSERT INTO api_key_usage (", after=committed)
             with pytest.raises(Unavailable):
                 await _charge(server, key_id)
             assert cutter.cuts == 1
