@@ -2,17 +2,20 @@
 
 A plugin declares its append-only tables (``flowsvc_retained_tables``): the table, its time
 column, how many days of rows to keep and the width of a partition in days. The
-``core.retention`` actor keeps each one every ``[retention] check_seconds``:
+``core.retention`` actor keeps each one at start and every ``[retention] check_seconds``:
 
 - **On PostgreSQL**, a table declared ``partitioned`` is a table ``PARTITION BY RANGE`` of
   its time column (its plugin's migration made it so) with a ``<table>_default`` partition.
-  The actor creates the partitions of the next ``[retention] partitions_ahead`` intervals,
-  so rows land in a partition of their day, and drops the partitions that end at or before
-  the cutoff: no ``DELETE``, no bloat, no vacuum. The default partition only catches rows
-  no partition was made for (rows older than the oldest partition, or beyond the ones made
-  ahead while the actor could not run): an insert never fails for want of a partition.
-  Creating a partition moves the rows of its range out of the default partition first,
-  so a migration can put every existing row there and leave their spreading to the actor.
+  The actor creates the partitions of the ``[retention] partitions_ahead`` intervals after
+  the current one, so rows land in a partition made before their day began, and drops the
+  partitions that end at or before the cutoff: no ``DELETE``, no bloat, no vacuum. The
+  default partition catches rows no partition was made for (rows of the day a table was
+  partitioned, or beyond the partitions made ahead while the actor could not run): an
+  insert never fails for want of a partition. Rows waiting there are moved into a
+  partition of their own once their interval ended an interval ago (when nothing writes
+  there any more: an insert routed to the default partition just before a partition of
+  its range was attached would be refused), so a migration can put every existing row in
+  the default partition and leave their spreading to the actor.
 - **On SQLite, and for tables not partitioned**, rows before the cutoff are deleted in
   batches, one transaction each.
 
@@ -22,14 +25,15 @@ does not depend on the database, and a table purged by ``DELETE`` next to a part
 with the same ``interval_days`` (the usage rollups beside the usage log) keeps exactly the
 same days.
 
-Only one process maintains a table at a time: each table is maintained in one transaction
-that first takes a PostgreSQL advisory lock named after the schema and table
-(``pg_try_advisory_xact_lock``), and skips the table when another process holds it. The
-work is idempotent (it makes what is missing and drops what is expired), so the next
-round of whichever process gets the lock finishes what an interrupted one left. Dropping
-a partition takes an ``ACCESS EXCLUSIVE`` lock on the table for a moment: inserts wait for
-it (within ``lock_timeout``; past it the drop is tried again next round) and are never
-refused.
+Only one process maintains a table at a time: each partition is made in a transaction of
+its own, and the expired ones dropped in one more, each first taking a PostgreSQL advisory
+lock named after the schema and table (``pg_try_advisory_xact_lock``) and skipping the work
+when another process holds it. The work is idempotent (it makes what is missing and drops
+what is expired), so the next round of whichever process gets the lock finishes what an
+interrupted one left. Dropping a partition takes an ``ACCESS EXCLUSIVE`` lock on the table
+for a moment: inserts wait for it and are never refused. The maintenance gives way to the
+service's writes: past a short ``lock_timeout``, or chosen as a deadlock's victim, it
+stops and tries again next round.
 """
 
 from __future__ import annotations
@@ -53,9 +57,10 @@ RETENTION_ACTOR = "core.retention"
 DELETE_BATCH = 10_000
 _DAY = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# A partition is dropped under an ACCESS EXCLUSIVE lock; inserts queue behind the drop
-# while it waits for the lock, so it gives up soon and tries again next round.
-_DROP_LOCK_TIMEOUT = "2s"
+# A partition is dropped under an ACCESS EXCLUSIVE lock, and made under an EXCLUSIVE one on
+# the default partition; inserts queue behind it while it waits for the lock, so it gives up
+# soon and tries again next round.
+_LOCK_TIMEOUT = "2s"
 # Lock timeout and deadlock: the maintenance gave way to writers; it runs again next round.
 _GIVE_WAY = ("55P03", "40P01")
 # The first key of the two-key advisory locks this module takes (runtime.migrate has its own).
@@ -172,6 +177,7 @@ def create_partition(connection: Connection, retained: RetainedTable, start: dat
         return False
     if partition_name(retained.table.name, start) in partitions(connection, retained.table.name):
         return False
+    connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{_LOCK_TIMEOUT}'")
     _create_partition(connection, retained, start)
     return True
 
@@ -185,7 +191,7 @@ def drop_expired(connection: Connection, retained: RetainedTable, now: datetime)
     quote = connection.dialect.identifier_preparer.quote
     oldest_kept = cutoff(retained, now)
     width = timedelta(days=retained.interval_days)
-    connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{_DROP_LOCK_TIMEOUT}'")
+    connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{_LOCK_TIMEOUT}'")
     dropped: list[str] = []
     for name, begins in sorted(partitions(connection, table).items()):
         if begins + width > oldest_kept:
