@@ -19,7 +19,8 @@ from plugins.keys.tables import api_key_usage, api_key_usage_rollups, api_keys
 from plugins.keys.usage import UsageEntry, write_entries
 from runtime.bootstrap import open_service
 from runtime.migrate import alembic_config
-from runtime.retention import RetainedTable, maintain
+from runtime.retention import RETENTION_ACTOR, RetainedTable, maintain
+from runtime.server import Running
 from runtime.service import Service
 from runtime.users import users
 from tests.support.keys import keys_env
@@ -219,3 +220,17 @@ async def test_the_migration_keeps_the_logged_rows_and_rolls_them_up(
             assert len(await db.read(_partitions)) == 1 + 3 + 24  # default, ahead, 24 days
             assert sum(map(len, (await db.read(_ids_by_day)).values())) == \
                 sum(map(len, before.values())) + 1
+
+
+async def test_a_running_service_makes_the_days_ahead(server: Running) -> None:
+    """The keys plugin declares its tables; the core's actor makes their partitions."""
+    db = server.service.db
+    assert server.service.registry.lookup(RETENTION_ACTOR) is not None
+    if db.dialect != "postgresql":
+        return
+    today = datetime.now(UTC)
+    # Two of the three days ahead, whichever side of midnight the actor's round fell.
+    ahead = {f"api_key_usage_p{today + timedelta(days=days):%Y%m%d}" for days in (1, 2)}
+    with trio.fail_after(30):
+        while not ahead <= await db.read(_partitions):  # noqa: ASYNC110 (only the database shows it)
+            await trio.sleep(0.1)
