@@ -202,6 +202,12 @@ async def test_the_migration_keeps_the_logged_rows_and_rolls_them_up(
         db = service.db
         assert await db.read(_ids_by_day) == before
         assert await db.read(_rolled_up_totals, key_id, None) == raw
+        # Filled at every width: totals from moments that need minutes and hours agree too.
+        seventh = NOW - timedelta(hours=21, seconds=7)  # a row's time (see _old_rows)
+        for since in (seventh - timedelta(seconds=20), seventh - timedelta(minutes=10),
+                      seventh - timedelta(hours=2), NOW - timedelta(days=6, seconds=7)):
+            assert await db.read(_rolled_up_totals, key_id, since) == \
+                await db.read(_raw_totals, key_id, since), since
         # New rows take ids after the old ones, from the same sequence.
         await db.write(write_entries, [_entry(key_id, NOW, 1)])
         newest = await db.read(lambda c: c.execute(select(func.max(api_key_usage.c.id)))
