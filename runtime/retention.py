@@ -59,8 +59,11 @@ _DAY = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A partition is dropped under an ACCESS EXCLUSIVE lock, and made under an EXCLUSIVE one on
 # the default partition; inserts queue behind it while it waits for the lock, so it gives up
-# soon and tries again next round.
-_LOCK_TIMEOUT = "2s"
+# soon and tries again next round. Shorter than PostgreSQL's default deadlock_timeout (1 s):
+# when the maintenance and a writer wait on each other (attaching a partition locks the table
+# its foreign key names, which a charge's transaction updates), the maintenance's wait ends
+# first and it gives way before a deadlock check could pick the writer as the victim.
+_LOCK_TIMEOUT = "500ms"
 # Lock timeout and deadlock: the maintenance gave way to writers; it runs again next round.
 _GIVE_WAY = ("55P03", "40P01")
 # The first key of the two-key advisory locks this module takes (runtime.migrate has its own).
