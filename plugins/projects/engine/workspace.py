@@ -14,7 +14,10 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import shutil
 import subprocess
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 import trio
@@ -24,6 +27,10 @@ from runtime.agents import CommitInfo
 GIT_USER_NAME = "flowsvc agent"
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 GIT_USER_EMAIL = "agent@flowsvc.invalid"
+# A commit's files are stored in the database (``engine.commit_store``) and its artifact is
+# built from there: one commit holds at most this many bytes of files.
+MAX_COMMIT_BYTES = 256 * 1024 * 1024
+REGULAR_MODE, EXECUTABLE_MODE, SYMLINK_MODE = 0o100644, 0o100755, 0o120000
 
 # Agent-written content must never execute on commit, and a host's global or system
 # git config (signing, hooks, templates, attributes) must not change what a commit does.
@@ -45,6 +52,17 @@ _FRESH_CONFIG = ("[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tba
 def git_dir_of(work_tree: Path) -> Path:
     """Where the git directory of ``work_tree`` lives: beside it, never inside it."""
     return work_tree.with_name(work_tree.name + ".git")
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    """One file of a commit: its git mode (regular, executable or symlink), git object id,
+    size and path."""
+
+    mode: int
+    oid: str
+    size: int
+    path: str
 
 
 class WorkspaceError(Exception):
@@ -183,6 +201,13 @@ class Workspace:
         staged = await self._git("diff", "--cached", "--name-only", "-z")
         if not staged:
             raise WorkspaceError("nothing to commit: no file changed since the last commit")
+        tree = (await self._git("write-tree")).strip()
+        size = sum(file.size for file in await self.tree_files(tree))
+        if size > MAX_COMMIT_BYTES:
+            await self._git("reset", "--quiet")
+            raise WorkspaceError(f"the commit would hold {size} bytes of files, over the cap "
+                                 f"of {MAX_COMMIT_BYTES}: delete large files or list them "
+                                 "in .gitignore")
         await self._git("commit", "--quiet", "--no-verify", "--file=-", stdin=message.encode())
         sha = (await self._git("rev-parse", "HEAD")).strip()
         changed = await self._git("diff-tree", "--no-commit-id", "--name-only", "-r", "-z",
@@ -218,6 +243,89 @@ class Workspace:
             return None
         return (await self._git("rev-parse", "HEAD")).strip()
 
+    async def descends_from(self, sha: str) -> bool:
+        """Whether the commit ``sha`` is HEAD or one of its ancestors here."""
+        if not await trio.Path(self.git_dir).is_dir():
+            return False
+        result = await self._run_git("merge-base", "--is-ancestor", sha, "HEAD")
+        return result.returncode == 0
+
+    async def commit_object(self, sha: str) -> bytes:
+        """The raw git object of commit ``sha`` (``git cat-file commit``)."""
+        return await self._git_bytes("cat-file", "commit", sha)
+
+    async def tree_files(self, treeish: str) -> list[TreeFile]:
+        """The files of a commit or tree, sorted by path; a nested repository's entry
+        (a gitlink) has no content here and is left out."""
+        listing = await self._git_bytes("ls-tree", "-r", "-l", "-z", "--full-tree", treeish)
+        files = []
+        for line in listing.split(b"\0"):
+            if not line:
+                continue
+            meta, _, path = line.partition(b"\t")
+            mode, kind, oid, size = meta.split()
+            if kind == b"blob":
+                files.append(TreeFile(int(mode, 8), oid.decode(), int(size),
+                                      path.decode("utf-8", "replace")))
+        return files
+
+    async def blob_contents(self, oids: list[str]) -> dict[str, bytes]:
+        """The contents of the blobs ``oids``, read by one ``git cat-file --batch``."""
+        if not oids:
+            return {}
+        output = await self._git_bytes("cat-file", "--batch",
+                                       stdin="".join(f"{oid}\n" for oid in oids).encode())
+        contents: dict[str, bytes] = {}
+        position = 0
+        for oid in oids:
+            end = output.index(b"\n", position)
+            header = output[position:end].split()
+            if len(header) != 3:
+                raise WorkspaceError(f"git cat-file found no blob {oid}")
+            size = int(header[2])
+            contents[oid] = output[end + 1:end + 1 + size]
+            position = end + 1 + size + 1
+        return contents
+
+    async def clear(self) -> None:
+        """Delete the work tree and its repository, then start an empty repository."""
+        for directory in (self.root, self.git_dir):
+            await trio.to_thread.run_sync(partial(shutil.rmtree, directory, ignore_errors=True))
+        await self.ensure_repository()
+
+    async def put_file(self, relative_path: str, mode: int, content: bytes) -> None:
+        """Write a file of a stored commit with its git ``mode`` (a symlink's content is
+        its target)."""
+        target = self.resolve(relative_path)
+        await trio.Path(target.parent).mkdir(parents=True, exist_ok=True)
+        if mode == SYMLINK_MODE:
+            await trio.to_thread.run_sync(os.symlink, os.fsdecode(content), target)
+            return
+        await trio.Path(target).write_bytes(content)
+        await trio.Path(target).chmod(0o755 if mode == EXECUTABLE_MODE else 0o644)
+
+    async def adopt_commit(self, sha: str, git_object: bytes) -> str:
+        """Make the files :meth:`put_file` wrote the commit ``sha`` again, from its raw
+        object: when they form its very tree, HEAD becomes ``sha`` itself, its parents
+        marked absent (a shallow repository, as ``git clone --depth 1`` makes); otherwise
+        (a tree that held a nested repository) a new commit of those files.
+
+        :return: the sha of HEAD.
+        """
+        await self._git("add", "--all", "--force")
+        tree = (await self._git("write-tree")).strip()
+        if git_object.startswith(f"tree {tree}\n".encode()):
+            made = (await self._git("hash-object", "-t", "commit", "-w", "--stdin",
+                                    stdin=git_object)).strip()
+            if made == sha:
+                if b"\nparent " in git_object.split(b"\n\n", 1)[0]:
+                    await trio.Path(self.git_dir / "shallow").write_text(f"{sha}\n")
+                await self._git("update-ref", "HEAD", sha)
+                return sha
+        await self._git("commit", "--quiet", "--no-verify", "--allow-empty",
+                        f"--message=Files of commit {sha}")
+        return (await self._git("rev-parse", "HEAD")).strip()
+
     async def _has_commits(self) -> bool:
         result = await self._run_git("rev-parse", "--verify", "--quiet", "HEAD")
         return result.returncode == 0
@@ -227,11 +335,15 @@ class Workspace:
 
         :raises WorkspaceError: when git exits with a non-zero status.
         """
+        return (await self._git_bytes(*arguments, stdin=stdin)).decode("utf-8", "replace")
+
+    async def _git_bytes(self, *arguments: str, stdin: bytes = b"") -> bytes:
+        """Like :meth:`_git`, the standard output as bytes."""
         result = await self._run_git(*arguments, stdin=stdin)
         if result.returncode != 0:
             detail = result.stderr.decode("utf-8", "replace").strip() or "no output"
             raise WorkspaceError(f"git {arguments[0]} failed: {detail}")
-        return result.stdout.decode("utf-8", "replace")
+        return result.stdout
 
     async def _run_git(
         self, *arguments: str, stdin: bytes = b""
