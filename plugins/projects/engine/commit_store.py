@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from plugins.projects.engine.workspace import SYMLINK_MODE, TreeFile, Workspace
+from plugins.projects.state import PROJECTS_STATE
 from plugins.projects.tables import blobs, commit_files, commits
 from runtime.service import Service
 
@@ -167,32 +168,35 @@ async def content_chunks(service: Service, file: StoredFile) -> AsyncIterator[by
 
 
 async def sync_workspace(service: Service, workspace: Workspace, project_id: int,
-                         run_id: str) -> None:
-    """Make sure a run starts from the project's last stored commit.
+                         run_id: str | None) -> None:
+    """Make sure the workspace holds the project's last stored commit, before a run starts
+    in it (``run_id``) or a preview is served from it (None).
 
     A workspace that holds that commit (HEAD or an ancestor of it) is left as it is, with
     whatever the last run on this host left uncommitted. Otherwise it is rebuilt from the
-    database: the commit's files, HEAD that very commit. A project with no stored commit
-    but a workspace with one (made before commits were stored) has that commit stored.
+    database: the commit's files, HEAD that very commit. When the project has no stored
+    commit but the workspace has one (made before commits were stored), a run stores it.
     """
-    await workspace.ensure_repository()
     last = await service.db.read(find_commit, project_id, None)
-    if last is None:
-        head = await workspace.head()
-        if head is not None:
-            snapshot = await SnapshotReader(workspace).read(head)
-            await service.db.write(store_snapshot, project_id, run_id, snapshot)
-        return
-    if await workspace.descends_from(last.sha):
-        return
-    log.info("project %d: rebuilding the workspace from commit %s", project_id, last.sha)
-    await workspace.clear()
-    stored = await service.db.read(files_of, last.id)
-    # Symlinks last: a file is never written through a link the rebuild made.
-    for file in sorted(stored, key=lambda file: file.mode == SYMLINK_MODE):
-        content = b"".join([chunk async for chunk in content_chunks(service, file)])
-        await workspace.put_file(file.path, file.mode, content)
-    head = await workspace.adopt_commit(last.sha, last.git_object)
-    if head != last.sha:
-        log.warning("project %d: the rebuilt workspace's HEAD is %s, not %s (its tree held "
-                    "a nested repository)", project_id, head, last.sha)
+    async with service.state(PROJECTS_STATE).workspace_lock(project_id):
+        if last is None:
+            if run_id is not None:
+                await workspace.ensure_repository()
+                head = await workspace.head()
+                if head is not None:
+                    snapshot = await SnapshotReader(workspace).read(head)
+                    await service.db.write(store_snapshot, project_id, run_id, snapshot)
+            return
+        if await workspace.descends_from(last.sha):
+            return
+        log.info("project %d: rebuilding the workspace from commit %s", project_id, last.sha)
+        await workspace.clear()
+        stored = await service.db.read(files_of, last.id)
+        # Symlinks last: a file is never written through a link the rebuild made.
+        for file in sorted(stored, key=lambda file: file.mode == SYMLINK_MODE):
+            content = b"".join([chunk async for chunk in content_chunks(service, file)])
+            await workspace.put_file(file.path, file.mode, content)
+        head = await workspace.adopt_commit(last.sha, last.git_object)
+        if head != last.sha:
+            log.warning("project %d: the rebuilt workspace's HEAD is %s, not %s (its tree "
+                        "held a nested repository)", project_id, head, last.sha)

@@ -1,4 +1,5 @@
-"""One project's git workspace: safe file access, real commits and archives.
+"""One project's git workspace: safe file access, real commits, and commits rebuilt from
+their stored files (``engine.commit_store``).
 
 Every project owns one work tree with its own git repository. The git directory lies
 outside the work tree (``<work tree>.git``), so the sandboxed commands, which see only
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import codecs
 import os
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -25,7 +25,6 @@ import trio
 from runtime.agents import CommitInfo
 
 GIT_USER_NAME = "flowsvc agent"
-_SHA = re.compile(r"^[0-9a-f]{7,64}$")
 GIT_USER_EMAIL = "agent@flowsvc.invalid"
 # A commit's files are stored in the database (``engine.commit_store``) and its artifact is
 # built from there: one commit holds at most this many bytes of files.
@@ -214,28 +213,6 @@ class Workspace:
                                   "--root", "HEAD")
         files = [name for name in changed.split("\0") if name]
         return CommitInfo(sha=sha, message=message, files=files)
-
-    async def archive(self, destination: Path, ref: str = "HEAD") -> Path:
-        """Write the committed tree of ``ref`` (HEAD, or a commit sha) to ``destination`` as
-        a zip or a .tar.gz.
-
-        The format follows the file name: ``.zip`` gives a zip, anything else a gzipped
-        tar. Only tracked, committed files are included.
-
-        :raises WorkspaceError: when nothing has been committed yet, ``ref`` is neither
-            HEAD nor a hexadecimal sha of this repository, or git fails.
-        """
-        if ref != "HEAD" and not _SHA.match(ref):
-            raise WorkspaceError(f"ref {ref!r} is not a commit sha")
-        await self.ensure_repository()
-        if not await self._has_commits():
-            raise WorkspaceError("nothing to archive: the workspace has no commits yet")
-        archive_format = "zip" if destination.suffix == ".zip" else "tar.gz"
-        target = await trio.Path(destination).resolve()
-        await target.parent.mkdir(parents=True, exist_ok=True)
-        await self._git("archive", f"--format={archive_format}", f"--output={target}",
-                        f"{ref}^{{commit}}" if ref != "HEAD" else ref)
-        return destination
 
     async def head(self) -> str | None:
         """The sha of the last commit, or None before the first one (or before ``git init``)."""

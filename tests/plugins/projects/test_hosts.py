@@ -4,7 +4,7 @@ workspace root, share one database (SQLite and PostgreSQL) and nothing else.
 A run on A commits a page and then fails (its model answers an error). B, which never ran
 the project, serves that failed run's last commit (file and zip) from the database; then a
 run on B starts from A's files (its workspace rebuilt, HEAD A's very commit) and commits,
-and A serves B's commit.
+and A serves B's commit, and its preview (A's workspace rebuilt at B's commit).
 """
 
 from __future__ import annotations
@@ -111,3 +111,8 @@ async def test_a_build_made_on_one_host_is_served_and_continued_on_another(
             assert names == ["about.html", "docs/notes.md", "index.html"]
             first = await anonymous_a.get(f"/projects/{slug}/artifact", params={"ref": sha_a})
             assert "about.html" not in zipfile.ZipFile(io.BytesIO(first.content)).namelist()
+            # A's preview: its workspace, behind B's commit, is rebuilt at that commit.
+            preview = await anonymous_a.get(f"/projects/{slug}/preview/about.html")
+            assert preview.status_code == 200 and preview.text == "<p>About</p>"
+        log = (await git(workspace_of(host_a, project["id"]), "log", "--format=%H")).split()
+        assert log == [commit_b["sha"]]
