@@ -180,12 +180,10 @@ async def sync_workspace(service: Service, workspace: Workspace, project_id: int
     last = await service.db.read(find_commit, project_id, None)
     async with service.state(PROJECTS_STATE).workspace_lock(project_id):
         if last is None:
-            if run_id is not None:
-                await workspace.ensure_repository()
-                head = await workspace.head()
-                if head is not None:
-                    snapshot = await SnapshotReader(workspace).read(head)
-                    await service.db.write(store_snapshot, project_id, run_id, snapshot)
+            head = await workspace.head()
+            if run_id is not None and head is not None:
+                snapshot = await SnapshotReader(workspace).read(head)
+                await service.db.write(store_snapshot, project_id, run_id, snapshot)
             return
         if await workspace.descends_from(last.sha):
             return

@@ -69,9 +69,8 @@ async def _drive(service: Service, settings: ProjectsSettings, job: Job,
         with job.cancel_scope:
             with trio.move_on_after(settings.run_timeout_seconds):
                 workspace = Workspace(request.workspace)
-                if request.project_id is None:
-                    await workspace.ensure_repository()
-                else:
+                await workspace.ensure_repository()
+                if request.project_id is not None:
                     await sync_workspace(service, workspace, request.project_id, job.run_id)
                 context = ToolContext(
                     workspace=request.workspace, allow_commands=settings.allow_commands,
