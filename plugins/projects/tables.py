@@ -86,11 +86,18 @@ subscribers = Table(
 
 # The files of every commit a run made, so that any host serves them (``engine.commit_store``):
 # contents once per distinct file (by SHA-256, shared by every commit and project holding
-# it), and per commit its raw git object and the list of its files.
+# it), and per commit its raw git object and the list of its files. A content is stored in
+# chunks, so that a download reads (and PostgreSQL decompresses) each part once.
 blobs = Table(
     "project_blobs", metadata,
     Column("sha256", String(64), primary_key=True),
     Column("size", BigInteger, nullable=False),
+)
+
+blob_chunks = Table(
+    "project_blob_chunks", metadata,
+    Column("sha256", String(64), ForeignKey("project_blobs.sha256"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
     Column("content", LargeBinary, nullable=False),
 )
 

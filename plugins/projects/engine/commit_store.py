@@ -5,8 +5,8 @@ host reaches. So each ``commit`` event is stored with a snapshot of its commit, 
 transaction that stores the event (``engine.run_publisher``): a commit the stream announced
 is always downloadable, from any host, whatever becomes of the host that made it. A
 snapshot is the commit's raw git object and its list of files (path, git mode, SHA-256 of
-the content); each distinct content is stored once (``project_blobs``), however many
-commits and projects hold it.
+the content); each distinct content is stored once (``project_blobs``, in chunks of 1 MiB
+in ``project_blob_chunks``), however many commits and projects hold it.
 
 Downloads (``plugins.projects.downloads``) read these tables only. A run that starts on a
 host whose workspace does not hold the project's last stored commit (another host ran the
@@ -23,13 +23,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, insert, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from plugins.projects.engine.workspace import SYMLINK_MODE, TreeFile, Workspace
 from plugins.projects.state import PROJECTS_STATE
-from plugins.projects.tables import blobs, commit_files, commits
+from plugins.projects.tables import blob_chunks, blobs, commit_files, commits
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.commits")
@@ -110,10 +110,17 @@ def store_snapshot(connection: Connection, project_id: int, run_id: str,
     for digest in digests:
         if digest not in present:
             content = snapshot.contents[digest]
-            # Another project's run may store the same content at the same time.
-            connection.execute(dialect_insert(blobs).values(
-                sha256=digest, size=len(content), content=content)
-                .on_conflict_do_nothing(index_elements=["sha256"]))
+            # Another project's run may store the same content at the same time: the one
+            # whose row lands stores the chunks too.
+            added = connection.execute(dialect_insert(blobs).values(
+                sha256=digest, size=len(content))
+                .on_conflict_do_nothing(index_elements=["sha256"])
+                .returning(blobs.c.sha256)).first()
+            if added is not None and content:
+                connection.execute(insert(blob_chunks), [
+                    {"sha256": digest, "seq": seq,
+                     "content": content[seq * CHUNK_BYTES:(seq + 1) * CHUNK_BYTES]}
+                    for seq in range((len(content) + CHUNK_BYTES - 1) // CHUNK_BYTES)])
     commit_id = connection.execute(insert(commits).values(
         project_id=project_id, sha=snapshot.sha, run_id=run_id,
         git_object=snapshot.git_object, total_bytes=sum(f.size for f in snapshot.files),
@@ -152,19 +159,19 @@ def files_of(connection: Connection, commit_id: int, path: str | None = None
             for row in connection.execute(query)]
 
 
-def read_content(connection: Connection, digest: str, offset: int = 0,
-                 length: int | None = None) -> bytes:
-    """``length`` bytes (all, when None) of a stored content from ``offset``."""
-    column = blobs.c.content if length is None \
-        else func.substr(blobs.c.content, offset + 1, length)
-    return bytes(connection.execute(select(column).where(blobs.c.sha256 == digest))
-                 .scalar_one())
+def read_content(connection: Connection, digest: str, seq: int | None = None) -> bytes:
+    """Chunk ``seq`` of a stored content (all of it, when None)."""
+    query = select(blob_chunks.c.content).where(blob_chunks.c.sha256 == digest)
+    if seq is not None:
+        query = query.where(blob_chunks.c.seq == seq)
+    return b"".join(bytes(chunk) for chunk in
+                    connection.execute(query.order_by(blob_chunks.c.seq)).scalars())
 
 
 async def content_chunks(service: Service, file: StoredFile) -> AsyncIterator[bytes]:
-    """A stored file's content, read from the database in chunks of ``CHUNK_BYTES``."""
-    for offset in range(0, file.size, CHUNK_BYTES):
-        yield await service.db.read(read_content, file.blob, offset, CHUNK_BYTES)
+    """A stored file's content, read from the database a chunk (``CHUNK_BYTES``) at a time."""
+    for seq in range((file.size + CHUNK_BYTES - 1) // CHUNK_BYTES):
+        yield await service.db.read(read_content, file.blob, seq)
 
 
 async def sync_workspace(service: Service, workspace: Workspace, project_id: int,

@@ -29,6 +29,7 @@ GIT_USER_EMAIL = "agent@flowsvc.invalid"
 # A commit's files are stored in the database (``engine.commit_store``) and its artifact is
 # built from there: one commit holds at most this many bytes of files.
 MAX_COMMIT_BYTES = 256 * 1024 * 1024
+MAX_PATH_BYTES = 1024  # a stored file's path is a key of the database's index
 REGULAR_MODE, EXECUTABLE_MODE, SYMLINK_MODE = 0o100644, 0o100755, 0o120000
 
 # Agent-written content must never execute on commit, and a host's global or system
@@ -200,13 +201,16 @@ class Workspace:
         staged = await self._git("diff", "--cached", "--name-only", "-z")
         if not staged:
             raise WorkspaceError("nothing to commit: no file changed since the last commit")
-        tree = (await self._git("write-tree")).strip()
-        size = sum(file.size for file in await self.tree_files(tree))
-        if size > MAX_COMMIT_BYTES:
+        tree = await self.tree_files((await self._git("write-tree")).strip())
+        size = sum(file.size for file in tree)
+        long_paths = [file.path for file in tree if len(file.path.encode()) > MAX_PATH_BYTES]
+        if size > MAX_COMMIT_BYTES or long_paths:
             await self._git("reset", "--quiet")
-            raise WorkspaceError(f"the commit would hold {size} bytes of files, over the cap "
-                                 f"of {MAX_COMMIT_BYTES}: delete large files or list them "
-                                 "in .gitignore")
+            raise WorkspaceError(
+                f"the commit would hold {size} bytes of files, over the cap of "
+                f"{MAX_COMMIT_BYTES}: delete large files or list them in .gitignore"
+                if size > MAX_COMMIT_BYTES else f"path {long_paths[0][:80]!r}... is over "
+                f"{MAX_PATH_BYTES} bytes long: shorten it")
         await self._git("commit", "--quiet", "--no-verify", "--file=-", stdin=message.encode())
         sha = (await self._git("rev-parse", "HEAD")).strip()
         changed = await self._git("diff-tree", "--no-commit-id", "--name-only", "-r", "-z",

@@ -1,4 +1,4 @@
-"""projects: the files of every commit a run made (blobs, commits, per-commit file lists)
+"""projects: the files of every commit a run made (contents in chunks, commits, file lists)
 
 Revision ID: projects_0002
 Revises: projects_0001
@@ -23,6 +23,12 @@ def upgrade() -> None:
         "project_blobs",
         sa.Column("sha256", sa.String(64), primary_key=True),
         sa.Column("size", sa.BigInteger(), nullable=False),
+    )
+    op.create_table(
+        "project_blob_chunks",
+        sa.Column("sha256", sa.String(64), sa.ForeignKey("project_blobs.sha256"),
+                  primary_key=True),
+        sa.Column("seq", sa.Integer(), primary_key=True),
         sa.Column("content", sa.LargeBinary(), nullable=False),
     )
     op.create_table(
@@ -51,4 +57,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("project_commit_files")
     op.drop_table("project_commits")
+    op.drop_table("project_blob_chunks")
     op.drop_table("project_blobs")

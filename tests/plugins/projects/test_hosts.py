@@ -5,6 +5,7 @@ A run on A commits a page and then fails (its model answers an error). B, which 
 the project, serves that failed run's last commit (file and zip) from the database; then a
 run on B starts from A's files (its workspace rebuilt, HEAD A's very commit) and commits,
 and A serves B's commit, and its preview (A's workspace rebuilt at B's commit).
+Contents are stored once, in chunks, and zipped with their modes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import trio
+from sqlalchemy import Connection, func, select
 
+from plugins.projects.engine.commit_store import SnapshotReader, store_snapshot
+from plugins.projects.engine.workspace import Workspace
+from plugins.projects.tables import blob_chunks
 from runtime.server import Running
 from tests.support.fake_openai import FakeOpenAI, HttpFailure, StreamedTurn
 from tests.support.projects import new_project, serve_projects, token_owner
@@ -116,3 +121,41 @@ async def test_a_build_made_on_one_host_is_served_and_continued_on_another(
             assert preview.status_code == 200 and preview.text == "<p>About</p>"
         log = (await git(workspace_of(host_a, project["id"]), "log", "--format=%H")).split()
         assert log == [commit_b["sha"]]
+
+
+async def test_stored_contents_are_chunked_shared_and_zipped_with_their_modes(
+        tmp_path: Path, database_url: str) -> None:
+    big = "".join(f"{line:09d}\n" for line in range(250_000)).encode()  # 2.5 MB: 3 chunks
+    workspace = Workspace(tmp_path / "elsewhere")
+    await workspace.write_file("big.txt", big)
+    await workspace.write_file("run.sh", "#!/bin/sh\n")
+    (workspace.root / "run.sh").chmod(0o755)
+    (workspace.root / "link").symlink_to("big.txt")
+    first = await workspace.commit("Big")
+    await workspace.write_file("copy.txt", big)  # the same content under another name
+    second = await workspace.commit("Copy")
+    async with serve_projects(tmp_path / "var", database_url) as running, \
+            token_owner(running, "luigi") as http:
+        project = await new_project(http, "luigi")
+        reader = SnapshotReader(workspace)
+        for sha in (first.sha, second.sha):
+            await running.service.db.write(store_snapshot, int(project["id"]), "run-1",
+                                           await reader.read(sha))
+
+        def chunks(connection: Connection) -> int:
+            return int(connection.execute(select(func.count()).select_from(blob_chunks))
+                       .scalar_one())
+
+        # big.txt's (copy.txt's too), run.sh's and the link's (its target)
+        assert await running.service.db.read(chunks) == 3 + 1 + 1
+        slug = project["slug"]
+        for path in ("big.txt", "copy.txt"):
+            served = await http.get(f"/projects/{slug}/files/{path}")
+            assert served.status_code == 200 and served.content == big
+        assert (await http.get(f"/projects/{slug}/files/link")).status_code == 404
+        artifact = await http.get(f"/projects/{slug}/artifact", params={"ref": first.sha})
+        archive = zipfile.ZipFile(io.BytesIO(artifact.content))
+        assert archive.namelist() == ["big.txt", "link", "run.sh"]
+        assert archive.read("big.txt") == big and archive.read("link") == b"big.txt"
+        modes = {entry.filename: entry.external_attr >> 16 for entry in archive.infolist()}
+        assert modes == {"big.txt": 0o100644, "link": 0o120777, "run.sh": 0o100755}

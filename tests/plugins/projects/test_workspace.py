@@ -166,6 +166,15 @@ async def test_a_commit_rebuilt_from_its_files_has_its_sha(workspace: Workspace,
     assert log == [third.sha, second.sha]  # the history before the rebuilt commit is absent
 
 
+async def test_a_path_too_long_to_store_is_refused(workspace: Workspace) -> None:
+    deep = "/".join(["d" * 200] * 6) + "/file.txt"
+    await workspace.write_file(deep, "deep")
+    with pytest.raises(WorkspaceError, match="over 1024 bytes long"):
+        await workspace.commit("Too deep")
+    assert await workspace.head() is None
+    assert (await git(workspace.root, "diff", "--cached", "--name-only")).strip() == ""
+
+
 async def test_the_git_directory_lies_outside_the_work_tree(workspace: Workspace,
                                                            tmp_path: Path) -> None:
     """A .git the agent makes in its work tree (hooks, fsmonitor, a clean filter) is never
