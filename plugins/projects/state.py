@@ -6,10 +6,8 @@ the views, the contracts' implementations and the actors' specs all read it ther
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-import trio
 
 from plugins.projects.settings import ProjectsSettings
 from runtime.service import Service, StateSlot
@@ -17,14 +15,10 @@ from runtime.service import Service, StateSlot
 
 @dataclass(frozen=True)
 class ProjectsState:
-    """:param workspaces: the root of every run's workspace (``ProjectsSettings.workspaces``).
-    :param workspace_locks: per project, held while its workspace may be rebuilt
-        (``engine.commit_store.sync_workspace``): one rebuild at a time in this process.
-    """
+    """:param workspaces: the root of every run's workspace (``ProjectsSettings.workspaces``)."""
 
     settings: ProjectsSettings
     workspaces: Path
-    workspace_locks: dict[int, trio.Lock] = field(default_factory=dict)
 
     @classmethod
     def create(cls, service: Service) -> ProjectsState:
@@ -34,9 +28,6 @@ class ProjectsState:
     def project_workspace(self, project_id: int) -> Path:
         """The workspace of project ``project_id`` (its own git repository)."""
         return self.workspaces / str(project_id)
-
-    def workspace_lock(self, project_id: int) -> trio.Lock:
-        return self.workspace_locks.setdefault(project_id, trio.Lock())
 
 
 PROJECTS_STATE: StateSlot[ProjectsState] = StateSlot("projects", ProjectsState.create)

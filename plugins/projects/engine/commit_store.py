@@ -28,7 +28,6 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from plugins.projects.engine.workspace import SYMLINK_MODE, TreeFile, Workspace
-from plugins.projects.state import PROJECTS_STATE
 from plugins.projects.tables import blob_chunks, blobs, commit_files, commits
 from runtime.service import Service
 
@@ -185,7 +184,7 @@ async def sync_workspace(service: Service, workspace: Workspace, project_id: int
     commit but the workspace has one (made before commits were stored), a run stores it.
     """
     last = await service.db.read(find_commit, project_id, None)
-    async with service.state(PROJECTS_STATE).workspace_lock(project_id):
+    async with workspace.exclusive():  # a rebuild at a time, across this host's workers
         if last is None:
             head = await workspace.head()
             if run_id is not None and head is not None:

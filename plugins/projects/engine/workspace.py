@@ -13,9 +13,12 @@ thread never blocks.
 from __future__ import annotations
 
 import codecs
+import fcntl
 import os
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -267,6 +270,24 @@ class Workspace:
             contents[oid] = output[end + 1:end + 1 + size]
             position = end + 1 + size + 1
         return contents
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Held by one task of one process of this host at a time (``flock`` on a file
+        beside the work tree; the service's workers share the host's workspaces)."""
+        await trio.Path(self.root.parent).mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.root.with_name(self.root.name + ".lock"),
+                             os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await trio.sleep(0.05)
+            yield
+        finally:
+            os.close(descriptor)  # releases the lock
 
     async def clear(self) -> None:
         """Delete the work tree and its repository, then start an empty repository."""
