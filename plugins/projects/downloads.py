@@ -18,6 +18,7 @@ import io
 import mimetypes
 import zipfile
 from collections.abc import AsyncIterator
+from pathlib import PurePosixPath
 
 import trio
 from quart import Response, request
@@ -70,7 +71,8 @@ async def project_file(slug: str, path: str) -> Response:
     commit = await service.db.read(find_commit, project.id, ref)
     if commit is None and ref is not None:
         raise NotFound(f"project {slug!r} has no commit {ref}")
-    stored = await service.db.read(files_of, commit.id, path) if commit is not None else []
+    stored = await service.db.read(files_of, commit.id, PurePosixPath(path).as_posix()) \
+        if commit is not None else []
     if stored and stored[0].mode != SYMLINK_MODE:
         if stored[0].size > MAX_FILE_BYTES:
             raise _too_large(path)
