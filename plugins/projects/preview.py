@@ -33,6 +33,7 @@ from urllib.parse import quote, quote_from_bytes, urlsplit
 import trio
 from quart import Request, Response, request
 
+from plugins.projects.engine.commit_store import sync_workspace
 from plugins.projects.engine.ending import preview_url
 from plugins.projects.engine.workspace import Workspace, WorkspaceError
 from plugins.projects.preview_proxy import ServerGone, from_server
@@ -99,6 +100,9 @@ async def _serve_tree(service: Service, project: Project, path: str) -> Response
         except ServerGone:
             pass  # stopped since: the files are what there is
     workspace = Workspace(root)
+    # This host may never have run the project, or not its last run: the files are those
+    # of its last commit then (``engine.commit_store``).
+    await sync_workspace(service, workspace, project.id, None)
     relative = path.strip("/") or "index.html"
     try:
         target = workspace.resolve(relative)

@@ -1,4 +1,5 @@
-"""Tables of the projects plugin: projects, runs, stream events, subscribers."""
+"""Tables of the projects plugin: projects, runs, stream events, subscribers, and the
+files of every commit a run made (``engine.commit_store``)."""
 
 from sqlalchemy import (
     BigInteger,
@@ -7,10 +8,12 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 metadata = MetaData()
@@ -79,4 +82,43 @@ subscribers = Table(
     Column("project_id", BigInteger, ForeignKey("projects.id"), primary_key=True),
     Column("user_id", BigInteger, ForeignKey("users.id"), primary_key=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# The files of every commit a run made, so that any host serves them (``engine.commit_store``):
+# contents once per distinct file (by SHA-256, shared by every commit and project holding
+# it), and per commit its raw git object and the list of its files. A content is stored in
+# chunks, so that a download reads (and PostgreSQL decompresses) each part once.
+blobs = Table(
+    "project_blobs", metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("size", BigInteger, nullable=False),
+)
+
+blob_chunks = Table(
+    "project_blob_chunks", metadata,
+    Column("sha256", String(64), ForeignKey("project_blobs.sha256"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("content", LargeBinary, nullable=False),
+)
+
+commits = Table(
+    "project_commits", metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("project_id", BigInteger, ForeignKey("projects.id"), nullable=False),
+    Column("sha", String(64), nullable=False),
+    Column("run_id", String(40), nullable=False),
+    # ``git cat-file commit <sha>``: a host rebuilding the workspace writes it back, so the
+    # rebuilt repository's HEAD has the very sha the stream announced.
+    Column("git_object", LargeBinary, nullable=False),
+    Column("total_bytes", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("project_id", "sha", name="uq_project_commits_project_sha"),
+)
+
+commit_files = Table(
+    "project_commit_files", metadata,
+    Column("commit_id", BigInteger, ForeignKey("project_commits.id"), primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("mode", Integer, nullable=False),
+    Column("blob", String(64), ForeignKey("project_blobs.sha256"), nullable=False),
 )

@@ -7,12 +7,15 @@ shutdown, no flush).
 Process B's lease sweep finds the run's expired lease and ends it: a stream read from B
 throughout (turn 1's events came from A through Redis) gets ``error`` then ``done``
 (``finalStatus`` failed), and the owner's webhook receiver gets
-``project.failed`` exactly once.
+``project.failed`` exactly once. The artifact of the commit A made in turn 1 downloads from
+B, which never held A's workspace (the database holds the commit's files).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -55,10 +58,14 @@ class DyingHostModel(FakeOpenAI):
             pass  # the service was killed while it asked or was answered
 
 
+PAGE = "<h1>Luigi's</h1>"
+
+
 def one_write_then_held(held: trio.Event) -> list[Reply]:
-    """Turn 1 writes a page (a commit); turn 2 waits for ``held``, which is never set."""
-    write = StreamedTurn("Writing the home page", [("write_file", json.dumps(
-        {"path": "index.html", "content": "<h1>Luigi's</h1>"}))])
+    """Turn 1 writes and commits a page; turn 2 waits for ``held``, which is never set."""
+    write = StreamedTurn("Writing the home page", [
+        ("write_file", json.dumps({"path": "index.html", "content": PAGE})),
+        ("git_commit", json.dumps({"message": "Add the home page"}))])
     return [write, Gated(held, StreamedTurn("never sent"))]
 
 
@@ -105,7 +112,7 @@ async def test_a_run_whose_host_dies_is_ended_by_another_host(
             async with open_sse(url_b, f"/projects/{slug}/stream") as stream:
                 assert stream.status == 200
                 # Watched from B: turn 1's events, committed and fanned out by A.
-                seen = await stream.until("tool_result", ENDED_WITHIN_SECONDS)
+                seen = await stream.until("commit", ENDED_WITHIN_SECONDS)
                 with trio.fail_after(ENDED_WITHIN_SECONDS):
                     await model.holding.wait()  # A ran turn 1 and asks for turn 2
                 process_a.kill()  # SIGKILL: no shutdown, no flush, no more lease renewals
@@ -122,3 +129,9 @@ async def test_a_run_whose_host_dies_is_ended_by_another_host(
             envelope = json.loads(delivered.body)
             assert envelope["event"] == "project.failed", envelope
             assert envelope["data"]["slug"] == slug, envelope
+            sha = seen[-1].json()["sha"]
+            async with httpx.AsyncClient(base_url=url_b, timeout=30) as on_b:
+                artifact = await on_b.get(f"/projects/{slug}/artifact", params={"ref": sha})
+            assert artifact.status_code == 200, artifact.text
+            assert zipfile.ZipFile(io.BytesIO(artifact.content)).read("index.html") \
+                == PAGE.encode()

@@ -14,6 +14,7 @@ import os
 import trio
 
 from plugins.projects.engine.agent_loop import run_agent
+from plugins.projects.engine.commit_store import sync_workspace
 from plugins.projects.engine.ending import RunEnding
 from plugins.projects.engine.model_backends import ModelBackend, OfflineBackend, OpenAIChatBackend
 from plugins.projects.engine.run_publisher import RunPublisher
@@ -54,9 +55,10 @@ def offered_tools(service: Service, settings: ProjectsSettings) -> dict[str, Too
 
 
 def publisher_for(service: Service, settings: ProjectsSettings, stream: str, run_id: str,
-                  project_id: int | None, notify: Notify | None) -> RunPublisher:
+                  project_id: int | None, notify: Notify | None,
+                  workspace: Workspace | None = None) -> RunPublisher:
     return RunPublisher(service, stream=stream, run_id=run_id, project_id=project_id,
-                        keep=settings.replay_events, notify=notify)
+                        keep=settings.replay_events, notify=notify, workspace=workspace)
 
 
 async def _drive(service: Service, settings: ProjectsSettings, job: Job,
@@ -66,7 +68,10 @@ async def _drive(service: Service, settings: ProjectsSettings, job: Job,
     try:
         with job.cancel_scope:
             with trio.move_on_after(settings.run_timeout_seconds):
-                await Workspace(request.workspace).ensure_repository()
+                workspace = Workspace(request.workspace)
+                await workspace.ensure_repository()
+                if request.project_id is not None:
+                    await sync_workspace(service, workspace, request.project_id, job.run_id)
                 context = ToolContext(
                     workspace=request.workspace, allow_commands=settings.allow_commands,
                     command_timeout=settings.command_timeout_seconds,
@@ -96,7 +101,7 @@ async def execute_run(service: Service, settings: ProjectsSettings, job: Job,
     """
     request = job.request
     publisher = publisher_for(service, settings, request.stream, job.run_id,
-                              request.project_id, notify)
+                              request.project_id, notify, Workspace(request.workspace))
     ending = RunEnding("failed", STOPPED_REASON)
     try:
         async with trio.open_nursery() as nursery:

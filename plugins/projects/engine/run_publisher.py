@@ -15,6 +15,10 @@ if they are there, that batch (and the run's end with it) committed, and it is f
 instead of written again. The stream never holds an event twice. A Redis
 outage does not stop the run either: the events are committed and delivered to this
 process's subscribers; the Redis mirror misses them (``live.event_log``).
+
+A ``commit`` event of a project run is stored with the commit's files
+(``engine.commit_store``), in the transaction that stores the event: what the stream
+announces is downloadable from every host.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from typing import Any
 import trio
 from sqlalchemy import Connection
 
+from plugins.projects.engine.commit_store import Snapshot, SnapshotReader, store_snapshot
 from plugins.projects.engine.ending import Ended, RunEnding, record_end, recorded_end
+from plugins.projects.engine.workspace import Workspace
 from plugins.projects.live import event_log
 from plugins.projects.live.event_log import StreamEvent
 from plugins.projects.live.hub import deliver_local
@@ -48,10 +54,13 @@ class RunPublisher:
     """Commits and fans out the events of one run of ``stream``; owned by the run's task.
 
     :param notify: called (without waiting) with each milestone of a project run.
+    :param workspace: the run's workspace, whose commits are stored with their events (a
+        project run's).
     """
 
     def __init__(self, service: Service, *, stream: str, run_id: str, project_id: int | None,
-                 keep: int, notify: Notify | None = None) -> None:
+                 keep: int, notify: Notify | None = None,
+                 workspace: Workspace | None = None) -> None:
         self._service = service
         self._stream = stream
         self._run_id = run_id
@@ -67,6 +76,9 @@ class RunPublisher:
         # A failed commit that may have committed all the same: how many queued events
         # it held, and whether it held the run's end.
         self._unsure: tuple[int, bool] | None = None
+        self._snapshots: dict[str, Snapshot] = {}  # by sha: the queued commits' snapshots
+        self._reader = SnapshotReader(workspace) \
+            if workspace is not None and project_id is not None else None
 
     async def emit(self, name: str, data: dict[str, Any]) -> None:
         """Queue an event of the spec's Project stream (the agent loop's ``emit``)."""
@@ -98,13 +110,14 @@ class RunPublisher:
             backoff = Backoff()
             while True:
                 batch = list(self._queued)
+                snapshots = await self._snapshots_of(batch)
                 items = [(name, event_log.encode_data(data)) for name, data in batch]
                 try:
                     # A commit under way finishes even if the run is being cancelled, so
                     # that what was committed is also fanned out (no hole in the stream).
                     with trio.CancelScope(shield=True):
                         events, ended, replayed = await self._service.db.write(
-                            self._commit, items, ending, self._unsure)
+                            self._commit, items, snapshots, ending, self._unsure)
                 except _AlreadyEnded:
                     del self._queued[:len(batch)]
                     log.warning("run %s had already ended; %d events dropped", self._run_id,
@@ -124,6 +137,9 @@ class RunPublisher:
                 taken = len(batch) if replayed is None else replayed[0]
                 committed = self._queued[:taken]
                 del self._queued[:taken]
+                for name, data in committed:
+                    if name == "commit":
+                        self._snapshots.pop(str(data["sha"]), None)
                 self._unsure = None
                 if events:
                     self._last_seq = events[-1].seq
@@ -137,12 +153,33 @@ class RunPublisher:
         """Commit the last events, ``done`` and the run's end in one transaction."""
         return await self.flush(ending)
 
+    async def _snapshots_of(self, batch: list[tuple[str, dict[str, Any]]]) -> list[Snapshot]:
+        """The snapshots of the commits in ``batch``, read from the workspace once each.
+
+        A commit that cannot be read (its workspace gone) is logged and published without
+        its files rather than holding the run's events back for ever.
+        """
+        if self._reader is None:
+            return []
+        for name, data in batch:
+            sha = str(data.get("sha", ""))
+            if name == "commit" and sha not in self._snapshots:
+                try:
+                    self._snapshots[sha] = await self._reader.read(sha)
+                except Exception:
+                    log.exception("run %s: the files of commit %s could not be read; it "
+                                  "will not be downloadable", self._run_id, sha)
+        return [self._snapshots[str(data["sha"])] for name, data in batch
+                if name == "commit" and str(data["sha"]) in self._snapshots]
+
     def _commit(self, connection: Connection, items: list[tuple[str, str]],
-                ending: RunEnding | None, unsure: tuple[int, bool] | None
+                snapshots: list[Snapshot], ending: RunEnding | None,
+                unsure: tuple[int, bool] | None
                 ) -> tuple[list[StreamEvent], Ended | None, tuple[int, bool] | None]:
-        """Store ``items`` (and the end); or, when the failed attempt ``unsure`` did commit,
-        nothing: its events are returned, with ``unsure`` (how many queued events it held
-        and whether it held the end) as the third value, None otherwise."""
+        """Store ``items`` with the ``snapshots`` of their commits (and the end); or, when
+        the failed attempt ``unsure`` did commit, nothing: its events are returned, with
+        ``unsure`` (how many queued events it held and whether it held the end) as the
+        third value, None otherwise."""
         if unsure is not None:
             written = event_log.run_events_after(connection, self._stream, self._run_id,
                                                  self._last_seq)
@@ -150,6 +187,9 @@ class RunPublisher:
                 ended = recorded_end(self._service, connection, self._run_id, ending) \
                     if unsure[1] and ending is not None else None
                 return written, ended, unsure
+        for snapshot in snapshots:
+            assert self._project_id is not None  # a reader exists for project runs only
+            store_snapshot(connection, self._project_id, self._run_id, snapshot)
         ended = None
         if ending is not None:
             ended = record_end(self._service, connection, self._run_id, ending)

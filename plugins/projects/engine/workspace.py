@@ -1,4 +1,5 @@
-"""One project's git workspace: safe file access, real commits and archives.
+"""One project's git workspace: safe file access, real commits, and commits rebuilt from
+their stored files (``engine.commit_store``).
 
 Every project owns one work tree with its own git repository. The git directory lies
 outside the work tree (``<work tree>.git``), so the sandboxed commands, which see only
@@ -12,9 +13,14 @@ thread never blocks.
 from __future__ import annotations
 
 import codecs
+import fcntl
 import os
-import re
+import shutil
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 import trio
@@ -22,8 +28,12 @@ import trio
 from runtime.agents import CommitInfo
 
 GIT_USER_NAME = "flowsvc agent"
-_SHA = re.compile(r"^[0-9a-f]{7,64}$")
 GIT_USER_EMAIL = "agent@flowsvc.invalid"
+# A commit's files are stored in the database (``engine.commit_store``) and its artifact is
+# built from there: one commit holds at most this many bytes of files.
+MAX_COMMIT_BYTES = 256 * 1024 * 1024
+MAX_PATH_BYTES = 1024  # a stored file's path is a key of the database's index
+REGULAR_MODE, EXECUTABLE_MODE, SYMLINK_MODE = 0o100644, 0o100755, 0o120000
 
 # Agent-written content must never execute on commit, and a host's global or system
 # git config (signing, hooks, templates, attributes) must not change what a commit does.
@@ -45,6 +55,17 @@ _FRESH_CONFIG = ("[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tba
 def git_dir_of(work_tree: Path) -> Path:
     """Where the git directory of ``work_tree`` lives: beside it, never inside it."""
     return work_tree.with_name(work_tree.name + ".git")
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    """One file of a commit: its git mode (regular, executable or symlink), git object id,
+    size and path."""
+
+    mode: int
+    oid: str
+    size: int
+    path: str
 
 
 class WorkspaceError(Exception):
@@ -183,6 +204,16 @@ class Workspace:
         staged = await self._git("diff", "--cached", "--name-only", "-z")
         if not staged:
             raise WorkspaceError("nothing to commit: no file changed since the last commit")
+        tree = await self.tree_files((await self._git("write-tree")).strip())
+        size = sum(file.size for file in tree)
+        long_paths = [file.path for file in tree if len(file.path.encode()) > MAX_PATH_BYTES]
+        if size > MAX_COMMIT_BYTES or long_paths:
+            await self._git("reset", "--quiet")
+            raise WorkspaceError(
+                f"the commit would hold {size} bytes of files, over the cap of "
+                f"{MAX_COMMIT_BYTES}: delete large files or list them in .gitignore"
+                if size > MAX_COMMIT_BYTES else f"path {long_paths[0][:80]!r}... is over "
+                f"{MAX_PATH_BYTES} bytes long: shorten it")
         await self._git("commit", "--quiet", "--no-verify", "--file=-", stdin=message.encode())
         sha = (await self._git("rev-parse", "HEAD")).strip()
         changed = await self._git("diff-tree", "--no-commit-id", "--name-only", "-r", "-z",
@@ -190,32 +221,111 @@ class Workspace:
         files = [name for name in changed.split("\0") if name]
         return CommitInfo(sha=sha, message=message, files=files)
 
-    async def archive(self, destination: Path, ref: str = "HEAD") -> Path:
-        """Write the committed tree of ``ref`` (HEAD, or a commit sha) to ``destination`` as
-        a zip or a .tar.gz.
-
-        The format follows the file name: ``.zip`` gives a zip, anything else a gzipped
-        tar. Only tracked, committed files are included.
-
-        :raises WorkspaceError: when nothing has been committed yet, ``ref`` is neither
-            HEAD nor a hexadecimal sha of this repository, or git fails.
-        """
-        if ref != "HEAD" and not _SHA.match(ref):
-            raise WorkspaceError(f"ref {ref!r} is not a commit sha")
-        await self.ensure_repository()
-        if not await self._has_commits():
-            raise WorkspaceError("nothing to archive: the workspace has no commits yet")
-        archive_format = "zip" if destination.suffix == ".zip" else "tar.gz"
-        target = await trio.Path(destination).resolve()
-        await target.parent.mkdir(parents=True, exist_ok=True)
-        await self._git("archive", f"--format={archive_format}", f"--output={target}",
-                        f"{ref}^{{commit}}" if ref != "HEAD" else ref)
-        return destination
-
     async def head(self) -> str | None:
         """The sha of the last commit, or None before the first one (or before ``git init``)."""
         if not await trio.Path(self.git_dir).is_dir() or not await self._has_commits():
             return None
+        return (await self._git("rev-parse", "HEAD")).strip()
+
+    async def descends_from(self, sha: str) -> bool:
+        """Whether the commit ``sha`` is HEAD or one of its ancestors here."""
+        if not await trio.Path(self.git_dir).is_dir():
+            return False
+        result = await self._run_git("merge-base", "--is-ancestor", sha, "HEAD")
+        return result.returncode == 0
+
+    async def commit_object(self, sha: str) -> bytes:
+        """The raw git object of commit ``sha`` (``git cat-file commit``)."""
+        return await self._git_bytes("cat-file", "commit", sha)
+
+    async def tree_files(self, treeish: str) -> list[TreeFile]:
+        """The files of a commit or tree, sorted by path; a nested repository's entry
+        (a gitlink) has no content here and is left out."""
+        listing = await self._git_bytes("ls-tree", "-r", "-l", "-z", "--full-tree", treeish)
+        files = []
+        for line in listing.split(b"\0"):
+            if not line:
+                continue
+            meta, _, path = line.partition(b"\t")
+            mode, kind, oid, size = meta.split()
+            if kind == b"blob":
+                files.append(TreeFile(int(mode, 8), oid.decode(), int(size),
+                                      path.decode("utf-8", "replace")))
+        return files
+
+    async def blob_contents(self, oids: list[str]) -> dict[str, bytes]:
+        """The contents of the blobs ``oids``, read by one ``git cat-file --batch``."""
+        if not oids:
+            return {}
+        output = await self._git_bytes("cat-file", "--batch",
+                                       stdin="".join(f"{oid}\n" for oid in oids).encode())
+        contents: dict[str, bytes] = {}
+        position = 0
+        for oid in oids:
+            end = output.index(b"\n", position)
+            header = output[position:end].split()
+            if len(header) != 3:
+                raise WorkspaceError(f"git cat-file found no blob {oid}")
+            size = int(header[2])
+            contents[oid] = output[end + 1:end + 1 + size]
+            position = end + 1 + size + 1
+        return contents
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Held by one task of one process of this host at a time (``flock`` on a file
+        beside the work tree; the service's workers share the host's workspaces)."""
+        await trio.Path(self.root.parent).mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.root.with_name(self.root.name + ".lock"),
+                             os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await trio.sleep(0.05)
+            yield
+        finally:
+            os.close(descriptor)  # releases the lock
+
+    async def clear(self) -> None:
+        """Delete the work tree and its repository, then start an empty repository."""
+        for directory in (self.root, self.git_dir):
+            await trio.to_thread.run_sync(partial(shutil.rmtree, directory, ignore_errors=True))
+        await self.ensure_repository()
+
+    async def put_file(self, relative_path: str, mode: int, content: bytes) -> None:
+        """Write a file of a stored commit with its git ``mode`` (a symlink's content is
+        its target)."""
+        target = self.resolve(relative_path)
+        await trio.Path(target.parent).mkdir(parents=True, exist_ok=True)
+        if mode == SYMLINK_MODE:
+            await trio.to_thread.run_sync(os.symlink, os.fsdecode(content), target)
+            return
+        await trio.Path(target).write_bytes(content)
+        await trio.Path(target).chmod(0o755 if mode == EXECUTABLE_MODE else 0o644)
+
+    async def adopt_commit(self, sha: str, git_object: bytes) -> str:
+        """Make the files :meth:`put_file` wrote the commit ``sha`` again, from its raw
+        object: when they form its very tree, HEAD becomes ``sha`` itself, its parents
+        marked absent (a shallow repository, as ``git clone --depth 1`` makes); otherwise
+        (a tree that held a nested repository) a new commit of those files.
+
+        :return: the sha of HEAD.
+        """
+        await self._git("add", "--all", "--force")
+        tree = (await self._git("write-tree")).strip()
+        if git_object.startswith(f"tree {tree}\n".encode()):
+            made = (await self._git("hash-object", "-t", "commit", "-w", "--stdin",
+                                    stdin=git_object)).strip()
+            if made == sha:
+                if b"\nparent " in git_object.split(b"\n\n", 1)[0]:
+                    await trio.Path(self.git_dir / "shallow").write_text(f"{sha}\n")
+                await self._git("update-ref", "HEAD", sha)
+                return sha
+        await self._git("commit", "--quiet", "--no-verify", "--allow-empty",
+                        f"--message=Files of commit {sha}")
         return (await self._git("rev-parse", "HEAD")).strip()
 
     async def _has_commits(self) -> bool:
@@ -227,11 +337,15 @@ class Workspace:
 
         :raises WorkspaceError: when git exits with a non-zero status.
         """
+        return (await self._git_bytes(*arguments, stdin=stdin)).decode("utf-8", "replace")
+
+    async def _git_bytes(self, *arguments: str, stdin: bytes = b"") -> bytes:
+        """Like :meth:`_git`, the standard output as bytes."""
         result = await self._run_git(*arguments, stdin=stdin)
         if result.returncode != 0:
             detail = result.stderr.decode("utf-8", "replace").strip() or "no output"
             raise WorkspaceError(f"git {arguments[0]} failed: {detail}")
-        return result.stdout.decode("utf-8", "replace")
+        return result.stdout
 
     async def _run_git(
         self, *arguments: str, stdin: bytes = b""

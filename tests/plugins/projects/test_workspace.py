@@ -1,17 +1,19 @@
-"""Workspace: safe paths, real git commits and archives."""
+"""Workspace: safe paths, real git commits, and commits rebuilt from their files."""
 
 from __future__ import annotations
 
-import tarfile
-import zipfile
+import os
 from pathlib import Path
 
 import pytest
 import trio
 
 from plugins.projects.engine.workspace import (
+    EXECUTABLE_MODE,
     GIT_USER_EMAIL,
     GIT_USER_NAME,
+    REGULAR_MODE,
+    SYMLINK_MODE,
     Workspace,
     WorkspaceError,
     git_dir_of,
@@ -121,39 +123,56 @@ async def test_list_files_excludes_git(workspace: Workspace) -> None:
     assert await workspace.list_files() == ["b.txt", "dir/a.txt"]
 
 
-async def test_archive_holds_the_committed_files(workspace: Workspace, tmp_path: Path) -> None:
-    with pytest.raises(WorkspaceError, match="no commits"):
-        await workspace.archive(tmp_path / "early.tar.gz")
-    await workspace.write_file("index.html", "<h1>hi</h1>")
-    await workspace.write_file("src/app.js", "run()")
-    await workspace.commit("Build")
-    await workspace.write_file("uncommitted.txt", "draft")
-
-    tarball = await workspace.archive(tmp_path / "out" / "build.tar.gz")
-    with tarfile.open(tarball, "r:gz") as archive:
-        names = {member.name for member in archive.getmembers() if member.isfile()}
-        extracted = archive.extractfile("index.html")
-        assert extracted is not None and extracted.read() == b"<h1>hi</h1>"
-    assert names == {"index.html", "src/app.js"}
-
-    with zipfile.ZipFile(await workspace.archive(tmp_path / "build.zip")) as archive:
-        assert sorted(name for name in archive.namelist() if not name.endswith("/")) == [
-            "index.html", "src/app.js"]
-
-
-async def test_head_and_archives_of_an_earlier_commit(workspace: Workspace,
-                                                      tmp_path: Path) -> None:
+async def test_head_is_the_last_commit(workspace: Workspace) -> None:
     assert await workspace.head() is None
+    assert not await workspace.descends_from("0" * 40)
     await workspace.write_file("a.txt", "one")
     first = await workspace.commit("First")
     await workspace.write_file("b.txt", "two")
     second = await workspace.commit("Second")
     assert await workspace.head() == second.sha
-    with zipfile.ZipFile(await workspace.archive(tmp_path / "old.zip", first.sha[:12])) as old:
-        assert old.namelist() == ["a.txt"]
-    for ref in ("HEAD~1", "--output=/tmp/x", "main", "0" * 40):
-        with pytest.raises(WorkspaceError):
-            await workspace.archive(tmp_path / "bad.zip", ref)
+    assert await workspace.descends_from(first.sha) and await workspace.descends_from(second.sha)
+    assert not await workspace.descends_from("0" * 40)
+
+
+async def test_a_commit_rebuilt_from_its_files_has_its_sha(workspace: Workspace,
+                                                           tmp_path: Path) -> None:
+    await workspace.write_file("index.html", "<h1>hi</h1>")
+    await workspace.commit("First")
+    await workspace.write_file("run.sh", "#!/bin/sh\necho hi\n")
+    (workspace.root / "run.sh").chmod(0o755)
+    (workspace.root / "home.html").symlink_to("index.html")
+    second = await workspace.commit("Second")
+    await workspace.write_file("draft.txt", "uncommitted")
+    files = await workspace.tree_files(second.sha)
+    assert [(file.path, file.mode, file.size) for file in files] == [
+        ("home.html", SYMLINK_MODE, 10), ("index.html", REGULAR_MODE, 11),
+        ("run.sh", EXECUTABLE_MODE, 18)]
+    contents = await workspace.blob_contents([file.oid for file in files])
+
+    rebuilt = Workspace(tmp_path / "elsewhere" / "project")
+    await rebuilt.clear()
+    for file in files:
+        await rebuilt.put_file(file.path, file.mode, contents[file.oid])
+    git_object = await workspace.commit_object(second.sha)
+    assert await rebuilt.adopt_commit(second.sha, git_object) == second.sha
+    assert await rebuilt.head() == second.sha
+    assert os.readlink(rebuilt.root / "home.html") == "index.html"
+    assert os.access(rebuilt.root / "run.sh", os.X_OK)
+    assert await rebuilt.list_files() == ["home.html", "index.html", "run.sh"]
+    await rebuilt.write_file("b.txt", "two")
+    third = await rebuilt.commit("Third")
+    log = (await git(rebuilt.root, "log", "--format=%H")).split()
+    assert log == [third.sha, second.sha]  # the history before the rebuilt commit is absent
+
+
+async def test_a_path_too_long_to_store_is_refused(workspace: Workspace) -> None:
+    deep = "/".join(["d" * 200] * 6) + "/file.txt"
+    await workspace.write_file(deep, "deep")
+    with pytest.raises(WorkspaceError, match="over 1024 bytes long"):
+        await workspace.commit("Too deep")
+    assert await workspace.head() is None
+    assert (await git(workspace.root, "diff", "--cached", "--name-only")).strip() == ""
 
 
 async def test_the_git_directory_lies_outside_the_work_tree(workspace: Workspace,
