@@ -219,6 +219,21 @@ class Topology:
     def assert_hosts_running(self) -> None:
         assert [host.name for host in self.hosts if not host.running()] == []
 
+    def wait_balanced(self, timeout: float = 60.0) -> None:
+        """Until HAProxy sends requests to both hosts again (after its checks took them out:
+        two good checks, about 4 s, bring a server back)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            served = set()
+            for _ in range(4):
+                answer = httpx.get(f"{self.url}/healthz", timeout=10)
+                served.add(answer.headers.get("x-served-by"))
+            if served == {"flowsvc-1", "flowsvc-2"}:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"HAProxy did not balance over both hosts in {timeout} s:\n"
+                             f"{self.haproxy_log.read_text()[-3000:]}")
+
 
 def topology_env(folder: Path, database_url: str, cluster: PrivateRedisCluster, fakes: Fakes,
                  chain: dict[str, Any]) -> dict[str, str]:
