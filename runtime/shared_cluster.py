@@ -68,6 +68,12 @@ def cluster_client(url: str, **deadlines: Any) -> coredis.RedisCluster[str]:
     return coredis.RedisCluster(startup_nodes=nodes, username=unquote(user) or None,
                                 password=unquote(password) or None,
                                 ssl=parts.scheme.startswith("rediss"), decode_responses=True,
+                                # Per node, not 64 over all nodes (coredis' default: about
+                                # 10 a node on 3+3): a process's long-held connections (the
+                                # stream tails' blocking reads, the sharded subscriptions)
+                                # filled a node's share and every other command to it (the
+                                # /readyz PING among them) waited for a free one for ever.
+                                max_connections=64, max_connections_per_node=True,
                                 **deadlines)
 
 

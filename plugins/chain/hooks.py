@@ -55,7 +55,9 @@ def flowsvc_actors(service: Service) -> list[ActorSpec | PartSpec]:
 
 @hookimpl
 def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
-    """Ready unless a chain's indexer stopped (a reorg deeper than its finality depth)."""
+    """Ready unless a chain's indexer stopped (a reorg deeper than its finality depth).
+    ``process`` is this process's name on the indexers' leases; the chain whose ``state`` is
+    ``indexing`` is led by it (every other process says ``standby`` for it)."""
     from plugins.chain.state import CHAIN
     from runtime.hooktypes import ReadinessCheck
 
@@ -66,7 +68,7 @@ def flowsvc_readiness_checks(service: Service) -> list[ReadinessCheck]:
                    for chain_id, status in state.indexers.items() if status.state == "stopped"]
         if stopped:
             raise RuntimeError("indexer stopped: " + "; ".join(stopped))
-        return {"chains": {state.chains[chain_id].name: {
+        return {"process": state.owner, "chains": {state.chains[chain_id].name: {
             "state": status.state, "head": status.head, "indexed": status.indexed,
             "final": status.final, "waiting": status.waiting, "unreadable": status.unreadable}
             for chain_id, status in state.indexers.items()}}

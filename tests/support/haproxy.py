@@ -24,14 +24,14 @@ SHIPPED_CONFIG = ROOT / "docs" / "haproxy" / "flowsvc.cfg"
 
 
 @contextmanager
-def haproxy(port: int, backends: list[int], log_path: Path, timeout: float = 60.0
+def haproxy(port: int, backends: list[str], log_path: Path, timeout: float = 60.0
             ) -> Iterator[subprocess.Popen[bytes]]:
-    """HAProxy on 127.0.0.1:``port`` in front of the loopback ``backends`` (two ports),
+    """HAProxy on 127.0.0.1:``port`` in front of the ``backends`` (two ``address:port``),
     once it answers through each of them; its output (server state changes among it) goes
     to ``log_path``; stopped at the end."""
     assert HAPROXY is not None, "haproxy not found: install the Debian package haproxy"
     env = {**os.environ, "FLOWSVC_LISTEN": f"127.0.0.1:{port}",
-           **{f"FLOWSVC_BACKEND_{index}": f"127.0.0.1:{backend}"
+           **{f"FLOWSVC_BACKEND_{index}": backend
               for index, backend in enumerate(backends, start=1)}}
     with log_path.open("wb") as log:
         process = subprocess.Popen([HAPROXY, "-db", "-f", str(SHIPPED_CONFIG)], env=env,

@@ -42,7 +42,8 @@ async def test_two_processes_behind_the_shipped_haproxy_config(tmp_path: Path) -
     with postgres_schema() as database_url, private_redis() as redis:
         env = projects_env(tmp_path / "var", database_url=database_url, redis_url=redis.url)
         ports, front = [free_port(), free_port()], free_port()
-        with serving(env, ports) as processes, haproxy(front, ports, log_path):
+        backends = [f"127.0.0.1:{port}" for port in ports]
+        with serving(env, ports) as processes, haproxy(front, backends, log_path):
             base_url = f"http://127.0.0.1:{front}"
             await requests_are_spread(base_url)
             slug = await a_finished_run(base_url)
