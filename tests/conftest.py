@@ -6,6 +6,11 @@ import hashlib
 import os
 import stat
 import tempfile
+
+# pytest's unraisable-exception hook imports tracemalloc on first use; a garbage collection
+# during that import re-enters the hook with the module half made, and the warning it should
+# have filtered (pyproject's filterwarnings) fails an unrelated test instead.
+import tracemalloc  # noqa: F401
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
