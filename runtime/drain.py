@@ -7,8 +7,8 @@ never through an import of each other:
 
 - ``Drain.began`` is set: work that must not start any more checks ``draining`` (the
   projects queue refuses new runs);
-- ``Drain.cancel_scope()`` gives a cancel scope cancelled when the drain begins (the SSE
-  streams end there, with a reconnect hint);
+- ``Drain.on_begin(callback)`` calls ``callback`` when the drain begins (the SSE streams
+  end there, with a reconnect hint);
 - ``Drain.hold()`` marks work the drain waits for (a run in progress): the server waits
   until no hold is left, or ``service.drain_seconds`` passed, before it stops accepting
   connections and stops the actors (which end what is still running).
@@ -16,8 +16,7 @@ never through an import of each other:
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import trio
@@ -28,7 +27,7 @@ class Drain:
 
     def __init__(self) -> None:
         self.began = trio.Event()
-        self._scopes: weakref.WeakSet[trio.CancelScope] = weakref.WeakSet()
+        self._callbacks: list[Callable[[], None]] = []
         self._holds = 0
         self._released = trio.Event()
         self._released.set()
@@ -38,21 +37,20 @@ class Drain:
         return self.began.is_set()
 
     def begin(self) -> None:
-        """Begin the drain (once; later calls do nothing): cancel every ``cancel_scope``."""
+        """Begin the drain (once; later calls do nothing): call every ``on_begin`` callback."""
         if self.began.is_set():
             return
         self.began.set()
-        for scope in list(self._scopes):
-            scope.cancel()
+        for callback in self._callbacks:
+            callback()
 
-    def cancel_scope(self) -> trio.CancelScope:
-        """A cancel scope cancelled when the drain begins (at once, when it has)."""
-        scope = trio.CancelScope()
+    def on_begin(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the drain begins (at once, when it has). It must not block:
+        it runs in the task that begins the drain."""
         if self.draining:
-            scope.cancel()
+            callback()
         else:
-            self._scopes.add(scope)
-        return scope
+            self._callbacks.append(callback)
 
     @contextmanager
     def hold(self) -> Iterator[None]:

@@ -11,8 +11,8 @@ the ``fasterSse`` feature gets the shorter ``faster_heartbeat_seconds`` and
 unknown, the response carries the Mercure signal: a ``Last-Event-ID`` header with the id
 before the first event sent (``-1`` when there is none), and the reader gets the whole
 ring. A reader that falls too far behind, or whose write does not finish within
-``subscriber_write_timeout_seconds``, is disconnected and resumes with ``Last-Event-ID``.
-When the process drains, the stream ends with a reconnect hint (``live.drain``).
+``subscriber_write_timeout_seconds``, is disconnected and resumes with ``Last-Event-ID``;
+so is every reader when the process drains (``live.drain``).
 
 Streams are anonymous, so each client address (as the request pipeline resolved it,
 ``trusted_proxies`` included) may hold at most ``streams_per_client`` of them open in a
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import trio
@@ -31,7 +31,7 @@ from quart import Response, request
 
 from plugins.projects.errors import TooManyStreams
 from plugins.projects.live.cutoff import endpoints_of
-from plugins.projects.live.drain import ending_on_drain
+from plugins.projects.live.drain import end_on_drain
 from plugins.projects.live.hub import subscribe
 from plugins.projects.live.queued import QUEUED_BYTES, QueuedBytes, pieces
 from plugins.projects.live.ring import Lagged, Subscription
@@ -118,7 +118,7 @@ def _disconnected(lagged: Lagged) -> bytes:
 
 
 async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
-                  slot: StreamSlot, queued: QueuedBytes) -> AsyncGenerator[bytes, None]:
+                  slot: StreamSlot, queued: QueuedBytes) -> AsyncIterator[bytes]:
     head = f"retry: {pacing.retry_ms}\n\n"
     if lost is not None:
         head += f": events were lost; the replay starts after {lost}\n\n"
@@ -180,6 +180,7 @@ async def stream_response(service: Service, settings: ProjectsSettings, stream: 
         slot.release()
         raise
     subscription.connection = endpoints_of(request.scope)
+    end_on_drain(service, subscription)
     headers = {name: value for name, value in SSE_HEADERS.items() if name != "Content-Type"}
     if lost is not None:
         headers[LOST_HEADER] = lost
@@ -187,7 +188,6 @@ async def stream_response(service: Service, settings: ProjectsSettings, stream: 
     # A body never started (the client left before it) runs no ``finally``: give the
     # slot back when it is dropped instead.
     weakref.finalize(body, slot.release)
-    response = Response(ending_on_drain(service.drain, body), status=200, headers=headers,
-                        content_type="text/event-stream")
+    response = Response(body, status=200, headers=headers, content_type="text/event-stream")
     response.timeout = None  # a stream is open-ended; Quart would cut it after 60 s
     return response
