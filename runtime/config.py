@@ -55,6 +55,8 @@ class ServiceSettings(Section):
     var_dir: Path = Path("var")
     max_body_bytes: int = Field(1_048_576, ge=1024)
     shutdown_grace_seconds: float = Field(10.0, ge=0)
+    # How long a draining process waits for the runs it executes (runtime.drain).
+    drain_seconds: float = Field(30.0, ge=0)
     db_threads: int = Field(4, ge=1, le=64)
     # Connections (docs/failure-behaviour.md, "Idle and slow clients").
     keep_alive_timeout_seconds: float = Field(75.0, gt=0)

@@ -102,6 +102,7 @@ class ConnectionGate:
         self._metrics = metrics
         self._connections: set[_Connection] = set()
         self._refusal = _refusal()
+        self._closing = False
 
     async def handle(self, serve: Callable[[trio.SocketStream], Awaitable[None]],
                      stream: trio.SocketStream) -> None:
@@ -113,6 +114,7 @@ class ConnectionGate:
             return
         scope = trio.CancelScope()
         connection = _Connection(stream, scope, self.idle_seconds)
+        connection.closing = self._closing
         _CONNECTION.set(connection)  # hypercorn starts the app's tasks from this task
         self._connections.add(connection)
         self._metrics.open_connections.inc()
@@ -125,7 +127,9 @@ class ConnectionGate:
 
     def close_idle(self) -> None:
         """Close every connection without a request in flight, now and as soon as one
-        becomes idle (a shutdown: requests in flight get the grace period)."""
+        becomes idle, and those accepted from now on after their first request (a drain,
+        a shutdown: requests in flight get the grace period)."""
+        self._closing = True
         for connection in self._connections:
             connection.closing = True
             connection.close_if_idle()

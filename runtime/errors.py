@@ -157,6 +157,13 @@ class Unavailable(ServiceError):
             "Retry-After": str(UNAVAILABLE_RETRY_AFTER_SECONDS), **(headers or {})})
 
 
+class Draining(Unavailable):
+    """Raised by a process that is shutting down (``runtime.drain``): ``/readyz``, and work
+    it no longer starts, such as a new agent run. Another process takes the retry."""
+
+    code = "draining"
+
+
 class InternalError(ServiceError):
     """Answered for any unexpected exception; the cause is logged, never sent."""
 

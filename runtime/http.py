@@ -23,6 +23,7 @@ from werkzeug.exceptions import HTTPException
 
 from runtime.context import find_context
 from runtime.errors import (
+    Draining,
     InternalError,
     InvalidRequest,
     MethodNotAllowed,
@@ -182,8 +183,13 @@ def _install_probes(app: Quart, service: Service) -> None:
         ``service.readiness_timeout_seconds``. A part of the service that is down (a plugin, one
         chain: ``part:<name>``) is listed with ``ok: false`` and makes the status ``degraded``,
         still 200: the rest serves, and every replica would report the same part, so a load
-        balancer must not pull them all for it.
+        balancer must not pull them all for it. A process shutting down answers 503
+        ``draining`` at once, without checks (``runtime.drain``).
         """
+        if service.drain.draining:
+            draining = Draining("this process is shutting down")
+            return json_response({**draining.body(), "status": "draining"}, 503,
+                                 draining.headers)
         timeout = service.settings.service.readiness_timeout_seconds
 
         async def database() -> None:

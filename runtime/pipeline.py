@@ -217,6 +217,10 @@ class Pipeline:
         except Exception:  # after-request hooks must not turn a success into an error
             log.exception("after_request hook failed request_id=%s", context.request_id)
         response.headers["X-Request-Id"] = context.request_id
+        if self._service.drain.draining:
+            # The connection closes after this answer (runtime.drain): say so, or the client
+            # may send its next request on it as it closes.
+            response.headers["Connection"] = "close"
         rule = current.url_rule
         route = rule.rule if rule is not None else "<unmatched>"
         elapsed = time.perf_counter() - context.started

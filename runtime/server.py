@@ -2,10 +2,14 @@
 
 ``run_server`` opens the service, starts the supervisor and every actor, then hypercorn's
 Trio worker (``runtime.connections``: a connection cap, the descriptor limit raised) with a
-shutdown trigger. SIGINT or SIGTERM stops accepting, lets in-flight
-requests finish within ``service.shutdown_grace_seconds``, stops the actors in reverse
-order and returns 0. When the supervisor gives up (an actor keeps crashing) the same
-clean shutdown happens and the reason is logged; the exit code is then 1.
+shutdown trigger. SIGINT or SIGTERM first drains (``runtime.drain``): ``/readyz`` answers 503
+``draining``, connections close after their current request, plugins stop starting work and
+end their streams, and the work they hold (runs in progress) gets up to
+``service.drain_seconds`` to finish. Then it stops accepting, lets in-flight requests finish
+within ``service.shutdown_grace_seconds``, stops the actors in reverse order (which end the
+runs still going) and returns 0. A second signal during the drain cuts it short. When the
+supervisor gives up (an actor keeps crashing) the same clean shutdown happens without a
+drain and the reason is logged; the exit code is then 1.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from runtime.connections import (
     raise_descriptor_limit,
     serve_http,
 )
+from runtime.drain import Drain
 from runtime.early_response import guard_early_responses
 from runtime.http import create_app
 from runtime.service import Service
@@ -75,12 +80,32 @@ async def _serve_http(app: Any, config: HypercornConfig, gate: ConnectionGate, s
         served.set()
 
 
-async def _stop_on_signals(stop: trio.Event) -> None:
+async def _drain_on_signals(drain: Drain, stop: trio.Event) -> None:
+    """The first SIGINT or SIGTERM begins the drain; a second one stops at once."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            log.info("received %s: shutting down", signal.Signals(signum).name)
-            stop.set()
-            return
+            name = signal.Signals(signum).name
+            if drain.draining:
+                log.warning("received %s while draining: stopping now", name)
+                stop.set()
+                return
+            log.info("received %s: draining", name)
+            drain.begin()
+
+
+async def _stop_after_drain(drain: Drain, gate: ConnectionGate, seconds: float,
+                            stop: trio.Event) -> None:
+    """Once the drain began: close connections after their current request, wait up to
+    ``seconds`` for the work plugins hold, then stop."""
+    await drain.began.wait()
+    gate.close_idle()
+    with trio.move_on_after(seconds) as waited:
+        await drain.wait_released()
+    if waited.cancelled_caught:
+        log.warning("drain: work still in progress after %g s; stopping it", seconds)
+    else:
+        log.info("drain: no work in progress; stopping")
+    stop.set()
 
 
 async def _stop_when(event: trio.Event, stop: trio.Event) -> None:
@@ -116,14 +141,16 @@ async def run_server(settings: Settings, *, bind: str | None = None, handle_sign
             trio.open_nursery() as nursery:
         supervisor = await service.start_actors(nursery)
         nursery.start_soon(_stop_when, supervisor.gave_up, stop)
-        if handle_signals:
-            nursery.start_soon(_stop_on_signals, stop)
         config = hypercorn_config(settings, bind or settings.service.bind)
         app = guard_early_responses(create_app(service),
                                     max_drain_bytes=settings.service.max_body_bytes)
         descriptors = raise_descriptor_limit()
         gate = ConnectionGate(connection_cap(settings.service.max_connections, descriptors),
                               settings.service.keep_alive_timeout_seconds, service.metrics)
+        if handle_signals:
+            nursery.start_soon(_drain_on_signals, service.drain, stop)
+        nursery.start_soon(_stop_after_drain, service.drain, gate,
+                           settings.service.drain_seconds, stop)
         _tune_gc()
         binds = await nursery.start(_serve_http, app, config, gate, stop, served)
         log.info("flowsvc serving on %s (at most %d connections; %d descriptors)",

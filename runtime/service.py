@@ -4,8 +4,9 @@
 database, shared state, registries collected from hooks); ``Service.start_actors`` then
 starts the actors in a nursery the caller owns: the core's under the root supervisor, each
 plugin's as a part under a supervisor of its own (``runtime.supervisor``). The service also owns
-each plugin's state (``Service.state``) and the contracts plugins provide to each other
-(``Service.contract``).
+each plugin's state (``Service.state``), the contracts plugins provide to each other
+(``Service.contract``) and the process's drain on shutdown (``Service.drain``,
+``runtime.drain``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from runtime.actors import ActorSpec, PartSpec, Registry
 from runtime.agents import AgentTemplate, Tool
 from runtime.config import ConfigError, Section, Settings, validate_section
 from runtime.contracts import Contract, Provision
+from runtime.drain import Drain
 from runtime.errors import Unavailable
 from runtime.events import EventType, OutboundEvent
 from runtime.metrics import Metrics
@@ -87,6 +89,7 @@ class Service:
         self.metrics = Metrics()
         self.sandbox = Sandbox(settings.sandbox)  # probed by open_service
         self.supervisor: Supervisor | None = None
+        self.drain = Drain()
         self._states: dict[StateSlot[Any], Any] = {}
         self._plugin_settings = self._validate_plugin_settings(
             os.environ if environ is None else environ)

@@ -13,6 +13,11 @@ The *settler* records finished attempts in batches, one transaction each (``outb
 until then the delivery stays leased, so claiming and settling overlap without a delivery
 being claimed twice.
 
+**Draining** (``runtime.drain``: the process was asked to stop). The claimer claims nothing
+more, so the deliveries still due go to other processes; an attempt in flight, and its outcome
+until it is settled, hold the drain: an attempt cut short would be given back and sent again
+by another process, so a receiver would get it twice.
+
 **Outages.** Every database call waits out an outage (``runtime.errors.is_outage``) with
 backoff from ``OUTAGE_BACKOFF_MIN`` to ``OUTAGE_BACKOFF_MAX`` seconds, so the actor neither
 crashes nor counts against the supervisor's intensity, and resumes within
@@ -119,7 +124,7 @@ class _Dispatcher:
             self.wake = trio.Event()  # wake-ups from now on count; earlier ones are served
             room = settings.max_concurrency - self.in_flight
             claim = Claim(jobs=[], next_due=None, exhausted=False)
-            if room > 0:
+            if room > 0 and not self.service.drain.draining:
                 host_room = {host: settings.per_host_concurrency - used
                              for host, used in self.by_host.items() if used}
                 claim = await self._write(claim_due, owner=self.owner,
@@ -144,6 +149,10 @@ class _Dispatcher:
                 await self.wake.wait()
 
     async def attempt(self, job: Job) -> None:
+        with self.service.drain.hold():  # until its outcome is in the channel
+            await self._attempt(job)
+
+    async def _attempt(self, job: Job) -> None:
         try:
             outcome = await send_attempt(self.client, job, self.policy,
                                          self.settings.timeout_seconds)
@@ -169,18 +178,19 @@ class _Dispatcher:
 
     async def settle_loop(self) -> None:
         async for first in self.outcomes_out:
-            batch = [first]
-            # A moment for a batch's worth to gather: one transaction settles them all (the
-            # deliveries stay leased meanwhile, nothing waits for it).
-            with trio.move_on_after(SETTLE_GATHER_SECONDS):
-                while len(batch) < self.batch:
-                    batch.append(await self.outcomes_out.receive())
-            while len(batch) < SETTLE_BATCH:
-                try:
-                    batch.append(self.outcomes_out.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            await self._settle(batch)
+            with self.service.drain.hold():  # outcomes taken from the channel until settled
+                batch = [first]
+                # A moment for a batch's worth to gather: one transaction settles them all
+                # (the deliveries stay leased meanwhile, nothing waits for it).
+                with trio.move_on_after(SETTLE_GATHER_SECONDS):
+                    while len(batch) < self.batch:
+                        batch.append(await self.outcomes_out.receive())
+                while len(batch) < SETTLE_BATCH:
+                    try:
+                        batch.append(self.outcomes_out.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self._settle(batch)
 
     async def _settle(self, batch: list[Outcome]) -> None:
         settled = await self._write(settle, batch, owner=self.owner,

@@ -47,7 +47,7 @@ async def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(tmp_path: P
         output = stop([process])[0]
     assert [(answer.status_code, answer.json()) for answer in answers] == [(200, {"slept": 1.0})]
     assert code == 0, output
-    assert "received SIGTERM: shutting down" in output
+    assert "received SIGTERM: draining" in output
     assert "flowsvc stopped cleanly" in output
 
 

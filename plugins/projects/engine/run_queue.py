@@ -10,6 +10,11 @@ stopped without doing so (expired leases; in the embedded default, every run of 
 earlier process at once). Cancellation requests arrive on the shared ``projects.cancel``
 channel, so the process holding the run hears them whichever process took the request.
 
+A draining process (``runtime.drain``: it was asked to stop) starts no run: a new one is
+refused with 503 ``draining`` (the client's retry reaches another process), the queued ones
+are ended ``failed`` at once, and the runs in progress hold the drain until they end (or
+until ``service.drain_seconds``, after which the stopping queue ends them).
+
 Outages stop no run: a run taken while the database is down waits for it to start, a run
 executing waits at its next commit (``engine.run_publisher``), leases are renewed at the
 next interval, and a Redis outage makes the queue resubscribe to cancellations with
@@ -39,7 +44,7 @@ from plugins.projects.settings import ProjectsSettings
 from runtime.actors import ActorSpec, Mailbox, serve_mailbox
 from runtime.backoff import Backoff, outage_cause, until_available
 from runtime.contracts.runs import Prepare
-from runtime.errors import Unavailable, is_outage
+from runtime.errors import Draining, Unavailable, is_outage
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.queue")
@@ -150,20 +155,27 @@ class RunQueue:
 
     async def _run_job(self, job: Job) -> None:
         try:
+            with self.service.drain.hold():
+                await self._take_and_execute(job)
+        finally:
+            self.running.pop(job.run_id, None)
+            self.backlog.release(job.lane)
+            self.dispatch()
+
+    async def _take_and_execute(self, job: Job) -> None:
+        try:
             if await until_available(lambda: self.service.db.write(_take, job.run_id),
                                      what=f"starting run {job.run_id}", log=log):
                 await execute_run(self.service, self.settings, job, self.notify)
         except Exception:  # one run's failure must not take the queue and its runs down
             log.exception("run %s failed outside its agent; it is left to the lease sweep",
                           job.run_id)
-        finally:
-            self.running.pop(job.run_id, None)
-            self.backlog.release(job.lane)
-            self.dispatch()
 
     def dispatch(self) -> None:
-        """Start every queued job a free slot can take."""
+        """Start every queued job a free slot can take (none while draining)."""
         assert self._nursery is not None
+        if self.service.drain.draining:
+            return
         for job in self.backlog.startable():
             self.running[job.run_id] = job
             self._nursery.start_soon(self._run_job, job)
@@ -183,6 +195,8 @@ class RunQueue:
         return False
 
     async def submit(self, request: RunRequest, prepare: Prepare | None, priority: int) -> str:
+        if self.service.drain.draining:
+            raise Draining("this process is shutting down and starts no run; retry")
         job = Job(run_rows.new_run_id(), request, priority, next(self._order))
         await self.service.db.write(_submit, job, prepare, self.worker,
                                     self.settings.lease_seconds)
@@ -214,6 +228,15 @@ class RunQueue:
             except Unavailable:
                 log.warning("could not renew run leases: the database is unavailable")
 
+    async def end_queued_on_drain(self) -> None:
+        """Once the drain begins, end the runs still queued: none will start here."""
+        drain = self.service.drain
+        await drain.began.wait()
+        with drain.hold():
+            for job in self.backlog.drain():
+                await self.end_unrun(job.request.stream, job.run_id, job.request.project_id,
+                                     RunEnding("failed", NOT_STARTED_REASON))
+
     async def listen_for_cancels(self, *, task_status: trio.TaskStatus[None]) -> None:
         """Cancel the runs named on ``projects.cancel``; ready once the first subscription
         was tried, resubscribing with backoff after a Redis outage."""
@@ -243,6 +266,7 @@ class RunQueue:
             await self.sweep(any_other_worker=self.service.settings.embedded)
             await nursery.start(self.listen_for_cancels)
             nursery.start_soon(self.keep_leases)
+            nursery.start_soon(self.end_queued_on_drain)
             task_status.started()
             try:
                 await serve_mailbox(mailbox, self.handle)

@@ -11,7 +11,8 @@ the ``fasterSse`` feature gets the shorter ``faster_heartbeat_seconds`` and
 unknown, the response carries the Mercure signal: a ``Last-Event-ID`` header with the id
 before the first event sent (``-1`` when there is none), and the reader gets the whole
 ring. A reader that falls too far behind, or whose write does not finish within
-``subscriber_write_timeout_seconds``, is disconnected and resumes with ``Last-Event-ID``.
+``subscriber_write_timeout_seconds``, is disconnected and resumes with ``Last-Event-ID``;
+so is every reader when the process drains (``live.drain``).
 
 Streams are anonymous, so each client address (as the request pipeline resolved it,
 ``trusted_proxies`` included) may hold at most ``streams_per_client`` of them open in a
@@ -30,6 +31,7 @@ from quart import Response, request
 
 from plugins.projects.errors import TooManyStreams
 from plugins.projects.live.cutoff import endpoints_of
+from plugins.projects.live.drain import end_on_drain
 from plugins.projects.live.hub import subscribe
 from plugins.projects.live.queued import QUEUED_BYTES, QueuedBytes, pieces
 from plugins.projects.live.ring import Lagged, Subscription
@@ -178,6 +180,7 @@ async def stream_response(service: Service, settings: ProjectsSettings, stream: 
         slot.release()
         raise
     subscription.connection = endpoints_of(request.scope)
+    end_on_drain(service, subscription)
     headers = {name: value for name, value in SSE_HEADERS.items() if name != "Content-Type"}
     if lost is not None:
         headers[LOST_HEADER] = lost
