@@ -12,7 +12,9 @@ so idle clients that hold descriptors take the service off the air for everyone.
   closed, without touching the app. The cap stays ``RESERVED_DESCRIPTORS`` under the
   descriptor limit, which leaves room for the database pool, Redis, files and that refusal;
 - each connection is closed after ``service.keep_alive_timeout_seconds`` without a request
-  in flight, and soon after its client closed it (``_Connection``).
+  in flight, and soon after its client closed it (``_Connection``);
+- a request's code can reach its connection (``current_connection``): to reset it, or to
+  write a streamed body straight to it (``runtime.direct_write``).
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import resource
+import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from functools import partial
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
@@ -48,6 +53,7 @@ REFUSAL_SECONDS = 2.0
 """How long a refused connection may take to read its answer before it is closed."""
 _CONNECTION: ContextVar[_Connection] = ContextVar("flowsvc_connection")
 _UNLIMITED = 1 << 20  # an unlimited hard limit: the most Linux allows by default (nr_open)
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: the kernel drops unsent data
 
 
 def raise_descriptor_limit() -> int:
@@ -173,6 +179,20 @@ CLIENT_GONE_SECONDS = 1.0
 """How long hypercorn gets to wind a connection up after its client closed it."""
 
 
+class ClientConnection(Protocol):
+    """The connection a request arrived on, as its code may use it."""
+
+    def reset(self) -> None:
+        """End the connection at once, unsent data dropped (a TCP reset): a write blocked on
+        it fails, and the server winds the request up as for any disconnect. Safe from any
+        task, and more than once."""
+
+
+def current_connection() -> ClientConnection | None:
+    """The connection of the current request (None outside ``serve_http``)."""
+    return _CONNECTION.get(None)
+
+
 def request_began() -> int:
     """Mark the connection of the current request busy: no idle timeout while it is in
     flight. Returns the request's number on its connection, for ``request_ended``."""
@@ -261,6 +281,40 @@ class _Connection:
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         async with self._sending:
             await self._stream.send_all(data)
+
+    async def send_soon(self, data: bytes) -> None:
+        """``send_all`` without a checkpoint when the connection is free and the kernel takes
+        all of ``data`` at once (the common case): no lock wait, no scheduling round.
+
+        :raises trio.BrokenResourceError: the client is gone (or the connection was reset).
+        :raises trio.ClosedResourceError: the connection is closed.
+        """
+        try:
+            self._sending.acquire_nowait()
+        except trio.WouldBlock:
+            await self.send_all(data)
+            return
+        try:
+            descriptor = self.socket.fileno()
+            if descriptor < 0:  # closed: the number may belong to another file by now
+                raise trio.ClosedResourceError("the connection is closed")
+            try:
+                sent = os.write(descriptor, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"the client is gone: {exc}") from exc
+            if sent < len(data):
+                await self._stream.send_all(memoryview(data)[sent:])
+        finally:
+            self._sending.release()
+
+    def reset(self) -> None:
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+            self.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already gone
 
     async def send_eof(self) -> None:
         # hypercorn closes (send_eof, then aclose) from its reader too: that close must not

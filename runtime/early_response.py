@@ -23,6 +23,7 @@ out by the server. docs/hypercorn-early-response.md has the reproduction and the
 - each request marks its connection busy, and idle again once answered, for the keep-alive
   idle timeout that ``runtime.connections`` keeps (hypercorn's own timer is not restarted
   after the first request, see below);
+- the server's own ``send`` of each request is noted for ``runtime.direct_write``;
 - a request with both ``Content-Length`` and ``Transfer-Encoding`` gets a 400
   ``invalid_request`` and the connection is closed (RFC 9112 section 6.1), without calling
   the app: whatever follows on the connection (a smuggled request) is never read.
@@ -51,6 +52,7 @@ from hypercorn.typing import (
 )
 
 from runtime.connections import closing_answer, request_began, request_ended
+from runtime.direct_write import remember_server_send
 from runtime.errors import InvalidRequest
 
 log = logging.getLogger("flowsvc.http")
@@ -80,6 +82,7 @@ def guard_early_responses(app: ASGIFramework, *, max_drain_bytes: int,
         exchange = _Exchange(scope["headers"], scope["http_version"] == "1.0", receive, send,
                              max_drain_bytes, drain_seconds)
         request = request_began()
+        remember_server_send(send)
         try:
             await app(scope, exchange.receive, exchange.send)
         finally:

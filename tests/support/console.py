@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 from typing import Any
 
 import trio
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
-from plugins.projects.live.cutoff import Endpoints, reset_connections
 from tests.support.chromium import Browser
 
 BINDING = "flowsvcTestWalletSign"
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 _WALLET = """
 (() => {
   const pending = new Map();
@@ -96,7 +97,7 @@ def foreign_requests(browser: Browser, base_url: str) -> list[str]:
 def reset_connections_to(port: int) -> int:
     """Reset every TCP connection this process serves on ``port`` (the in-process test
     server's): what a network drop does to a browser's open streams. How many were reset."""
-    found = []
+    reset = 0
     for name in os.listdir("/proc/self/fd"):
         try:
             if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
@@ -107,10 +108,12 @@ def reset_connections_to(port: int) -> int:
         try:
             if sock.family in (socket.AF_INET, socket.AF_INET6) \
                     and sock.type == socket.SOCK_STREAM and sock.getsockname()[1] == port:
-                local, peer = sock.getsockname(), sock.getpeername()
-                found.append(Endpoints((local[0], local[1]), (peer[0], peer[1])))
+                sock.getpeername()  # the listener has no peer: OSError
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+                sock.shutdown(socket.SHUT_RDWR)
+                reset += 1
         except OSError:
-            pass  # the listener (no peer), or gone
+            pass  # the listener, or gone
         finally:
             sock.detach()
-    return reset_connections(found)
+    return reset

@@ -6,7 +6,7 @@ send it, fills any gap from the database, and hands out subscriptions. With Redi
 reads the database for newer events at each beat: an event whose Redis entry was lost (Redis
 down while it was published, or while the tail read) reaches its readers within a beat.
 Every ``SWEEP_SECONDS`` it looks for readers stuck in a write (``Ring.stuck``) and resets
-their connections (``live.cutoff``). It stops when nobody has read or written for
+their connections (``runtime.connections``). It stops when nobody has read or written for
 ``idle_seconds``.
 """
 
@@ -135,7 +135,7 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, queued: QueuedBy
                 now = trio.current_time()
                 if now >= next_sweep:
                     for reason, stuck in ring.stuck(now, write_timeout).items():
-                        await queued.cut_off(stuck, reason, stream)
+                        queued.cut_off(stuck, reason, stream)
                     next_sweep = now + SWEEP_SECONDS
                 if now >= next_beat:
                     if service.shared.redis is not None:

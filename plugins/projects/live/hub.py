@@ -151,8 +151,8 @@ def hub_spec(service: Service, settings: ProjectsSettings) -> ActorSpec:
     async def enforce_budget() -> None:
         while True:
             await trio.sleep(SWEEP_SECONDS)
-            await queued.cut_off(queued.over_budget(trio.current_time()), "queued_bytes",
-                                 "this process")
+            queued.cut_off(queued.over_budget(trio.current_time()), "queued_bytes",
+                           "this process")
 
     async def handle(message: object) -> Address:
         if not isinstance(message, OpenStream):

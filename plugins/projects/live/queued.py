@@ -8,7 +8,7 @@ every write goes through :class:`QueuedBytes`: it is at most ``WRITE_BYTES`` (or
 and counts until it finishes. A write that would take the process past its budget waits
 until others finish, and while some wait, :meth:`QueuedBytes.over_budget` picks readers
 that have been writing or waiting for ``GRACE_SECONDS``, the most bytes behind first, for
-the hub to cut off by a reset of their connections (``live.cutoff``), as the broadcaster
+the hub to cut off by a reset of their connections, as the broadcaster
 cuts readers stuck past their lag or timeout. A reader cut off resumes with
 ``Last-Event-ID``.
 """
@@ -21,7 +21,6 @@ from collections.abc import Iterator
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from plugins.projects.live.cutoff import reset_in_thread
 from plugins.projects.live.ring import Lagged, Subscription
 from plugins.projects.settings import ProjectsSettings
 from runtime.service import Service, StateSlot
@@ -136,17 +135,18 @@ class QueuedBytes:
             self._wake()
         return victims
 
-    async def cut_off(self, readers: list[Subscription], reason: str, where: str) -> None:
+    def cut_off(self, readers: list[Subscription], reason: str, where: str) -> None:
         """Reset the connections of ``readers`` (marked ``dropped`` already), counted in
         ``flowsvc_sse_readers_cut_total`` under ``reason``."""
         if not readers:
             return
         self.cut.labels(reason=reason).inc(len(readers))
-        # A reader between writes may have its socket full too: it is reset as well.
-        targets = [reader.connection for reader in readers if reader.connection is not None]
-        reset = await reset_in_thread(targets)
-        log.info("cut off %d of %d readers of %s (%s)", reset, len(readers), where,
-                 readers[0].dropped)
+        # A reader between writes may have its socket full too: it is reset as well. A write
+        # blocked on a reset connection fails, and the request ends as for any disconnect.
+        for reader in readers:
+            if reader.connection is not None:
+                reader.connection.reset()
+        log.info("cut off %d readers of %s (%s)", len(readers), where, readers[0].dropped)
 
 
 QUEUED_BYTES: StateSlot[QueuedBytes] = StateSlot("projects.queued_bytes", QueuedBytes.create)

@@ -10,7 +10,7 @@ never waits for readers. A reader more than ``max_lag`` events behind the live h
 initial replay not counted), or whose cursor fell out of the ring, gets :class:`Lagged`
 and is disconnected; it resumes with ``Last-Event-ID``. That check runs when the reader takes
 frames, which a reader stuck in a write never does: the broadcaster sweeps the ring for
-them (:meth:`Ring.stuck`) and cuts their connections. The stream's broadcaster actor owns
+them (:meth:`Ring.stuck`) and resets their connections. The stream's broadcaster actor owns
 the ring (``live.broadcaster``).
 """
 
@@ -20,8 +20,8 @@ from collections import Counter
 
 import trio
 
-from plugins.projects.live.cutoff import Endpoints
 from plugins.projects.live.event_log import StreamEvent
+from runtime.connections import ClientConnection
 
 NO_EARLIER_EVENT = "-1"
 
@@ -188,8 +188,8 @@ class Subscription:
         self.dropped: str | None = None
         """Why the reader was cut off (by its broadcaster, or the process's budget of queued
         bytes), once it has been."""
-        self.connection: Endpoints | None = None
-        """The reader's TCP connection, for the broadcaster to cut (``live.cutoff``)."""
+        self.connection: ClientConnection | None = None
+        """The reader's connection, for the broadcaster or the budget to reset."""
         self.unsent = 0
         """Bytes of the frames taken and not written yet (its writer counts them)."""
         self.queued = 0

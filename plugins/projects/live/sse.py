@@ -3,11 +3,13 @@
 A response starts with a ``retry:`` hint, replays what the reader missed and then sends
 events as they come, every pending frame at once: joined into writes of at most
 ``live.queued.WRITE_BYTES``, each counted against the process's budget of bytes queued to
-readers (``subscriber_queued_bytes``) while it lasts. A reader silent for its heartbeat
-interval sends a ``: keepalive`` comment at the broadcaster's next beat (so between one and
-two intervals of silence), which keeps idle connections and proxies open. A caller with
-the ``fasterSse`` feature gets the shorter ``faster_heartbeat_seconds`` and
-``faster_retry_ms``. When the requested ``Last-Event-ID`` is older than the ring or
+readers (``subscriber_queued_bytes``) while it lasts. The first write goes out through ASGI
+with the response head; the later ones go straight to the connection
+(``runtime.direct_write``) where the server allows it, else through ASGI as well. A reader
+silent for its heartbeat interval sends a ``: keepalive`` comment at the broadcaster's next
+beat (so between one and two intervals of silence), which keeps idle connections and proxies
+open. A caller with the ``fasterSse`` feature gets the shorter ``faster_heartbeat_seconds``
+and ``faster_retry_ms``. When the requested ``Last-Event-ID`` is older than the ring or
 unknown, the response carries the Mercure signal: a ``Last-Event-ID`` header with the id
 before the first event sent (``-1`` when there is none), and the reader gets the whole
 ring. A reader that falls too far behind, or whose write does not finish within
@@ -30,13 +32,14 @@ import trio
 from quart import Response, request
 
 from plugins.projects.errors import TooManyStreams
-from plugins.projects.live.cutoff import endpoints_of
 from plugins.projects.live.drain import end_on_drain
 from plugins.projects.live.hub import subscribe
 from plugins.projects.live.queued import QUEUED_BYTES, QueuedBytes, pieces
 from plugins.projects.live.ring import Lagged, Subscription
 from plugins.projects.settings import ProjectsSettings
+from runtime.connections import current_connection
 from runtime.context import current_context
+from runtime.direct_write import DirectWriter, direct_writer
 from runtime.http import SSE_HEADERS
 from runtime.service import Service, StateSlot
 
@@ -123,6 +126,8 @@ async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
     if lost is not None:
         head += f": events were lost; the replay starts after {lost}\n\n"
     pending = [head.encode()]
+    writer: DirectWriter | None = None
+    head_sent = False
     try:
         with subscription:
             while True:
@@ -136,11 +141,19 @@ async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
                     # The broadcaster watches how long each write takes (Ring.stuck).
                     subscription.writing_since = trio.current_time()
                     try:
-                        yield piece
+                        if writer is None:
+                            yield piece
+                        else:
+                            await writer.write(piece)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        return  # the connection is gone (a direct write): nothing to resume
                     finally:
                         subscription.writing_since = None
                         queued.release(subscription)
                     subscription.unsent -= len(piece)
+                    if not head_sent:  # it went out with the first piece
+                        head_sent = True
+                        writer = direct_writer()
                 last_write = trio.current_time()
                 while True:
                     try:
@@ -179,7 +192,7 @@ async def stream_response(service: Service, settings: ProjectsSettings, stream: 
     except BaseException:
         slot.release()
         raise
-    subscription.connection = endpoints_of(request.scope)
+    subscription.connection = current_connection()
     end_on_drain(service, subscription)
     headers = {name: value for name, value in SSE_HEADERS.items() if name != "Content-Type"}
     if lost is not None:
