@@ -84,9 +84,9 @@ def redis_client(url: str, *, connect_timeout: float = 2.0, timeout: float = 2.0
     A frozen Redis accepts connections (its kernel does) and never answers: opening a
     connection (``connect_timeout``) and every command (``timeout``, the client's
     ``stream_timeout``) have a deadline, and so has waiting for a free connection of the
-    client's pool (``pool_timeout``: coredis waits for ever by default). Nothing is retried by the client (coredis retries
-    twice by default) on one Redis: a retry multiplies the wait for a hung Redis, and the
-    caller answers 503 or backs off anyway.
+    client's pool (``pool_timeout``: coredis waits for ever by default). Nothing is retried
+    by the client (coredis retries twice by default) on one Redis: a retry multiplies the
+    wait for a hung Redis, and the caller answers 503 or backs off anyway.
     """
     deadlines: dict[str, Any] = {"connect_timeout": connect_timeout, "stream_timeout": timeout,
                                  "pool_timeout": timeout}
