@@ -500,8 +500,10 @@ def flowsvc_server(env: Mapping[str, str], var_dir: Path | None = None
         }
         argv = python_module_argv("runtime.cli", "--config", os.devnull, "serve",
                                   "--bind", f"127.0.0.1:{port}")
+        # A minute to start: with four chains, the imports and the chain id checks took
+        # more than the default 20 s at a load average of 17 on the shared two cores.
         with running_server(argv, base_url=f"http://127.0.0.1:{port}", ready_path="/healthz",
-                            env={**defaults, **env}) as server:
+                            env={**defaults, **env}, ready_timeout_s=60.0) as server:
             yield server
 
 

@@ -115,10 +115,12 @@ TEMPLATES: Mapping[bytes, str] = {keccak(text=name): name
 INDEXED = (FLOW_PROTOCOL, PHENOMENAL_TREE, ERC20, LAUNCHPAD_FACTORY, BONDING, FPAIR)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DecodedEvent:
     """One log decoded: which event of which interface, its arguments (amounts as ints,
-    addresses checksummed) and where it sits on the chain (hashes as lowercase 0x hex)."""
+    addresses checksummed) and where it sits on the chain (hashes as lowercase 0x hex).
+    Read-only by convention, not frozen: the indexer makes one per log, and a frozen
+    dataclass's ``__init__`` cost more than the decoding itself."""
 
     interface: str
     name: str

@@ -20,10 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, and_, delete, insert, select, update
 
 from plugins.chain.contracts import DecodedEvent
 from plugins.chain.indexer import logs as raw_logs
+from plugins.chain.indexer.bulk import insert_rows
 from plugins.chain.indexer.logs import Followed, RawLog
 from plugins.chain.tables import earnings, logs, positions, token_counters
 
@@ -31,6 +32,10 @@ FEE_BPS = 2_000
 BPS = 10_000
 
 Position = tuple[str, str]  # (instance, user address)
+EARNINGS_KEY = ("chain_id", "instance", "address", "level")
+EARNINGS_COLUMNS = (*EARNINGS_KEY, "amount")
+POSITIONS_KEY = ("chain_id", "instance", "address")
+POSITIONS_COLUMNS = (*POSITIONS_KEY, "activated", "active_until")
 
 
 @dataclass
@@ -115,7 +120,7 @@ def _add_counter(connection: Connection, chain_id: int, instance: str, *,
 def _add_earnings(connection: Connection, chain_id: int,
                   amounts: Mapping[tuple[str, str, int], int]) -> None:
     """Add each amount to its (instance, address, level) row: the rows are read in one query
-    and written by one insert and one update of many rows."""
+    and written by one multi-row upsert (``bulk``)."""
     if not amounts:
         return
     current = {(row.instance, row.address, row.level): int(row.amount)
@@ -123,28 +128,15 @@ def _add_earnings(connection: Connection, chain_id: int,
                    earnings.c.chain_id == chain_id,
                    earnings.c.instance.in_(sorted({key[0] for key in amounts})),
                    earnings.c.address.in_(sorted({key[1] for key in amounts}))))}
-    new = [{"chain_id": chain_id, "instance": instance, "address": address, "level": level,
-            "amount": str(amount)}
-           for (instance, address, level), amount in amounts.items()
-           if (instance, address, level) not in current]
-    changed = [{"row_instance": instance, "row_address": address, "row_level": level,
-                "new_amount": str(current[instance, address, level] + amount)}
-               for (instance, address, level), amount in amounts.items()
-               if (instance, address, level) in current]
-    if new:
-        connection.execute(insert(earnings), new)
-    if changed:
-        connection.execute(
-            update(earnings).where(earnings.c.chain_id == chain_id,
-                                   earnings.c.instance == bindparam("row_instance"),
-                                   earnings.c.address == bindparam("row_address"),
-                                   earnings.c.level == bindparam("row_level"))
-            .values(amount=bindparam("new_amount")), changed)
+    insert_rows(connection, earnings.name, EARNINGS_COLUMNS, [
+        (chain_id, instance, address, level, str(current.get((instance, address, level), 0)
+                                                 + amount))
+        for (instance, address, level), amount in amounts.items()], upsert_keys=EARNINGS_KEY)
 
 
 def _set_positions(connection: Connection, chain_id: int,
                    values: Mapping[Position, Mapping[str, Any]]) -> None:
-    """Set the given fields of each position (one query to read, two to write, as above)."""
+    """Set the given fields of each position (one query to read, one upsert to write)."""
     if not values:
         return
     current = {(row.instance, row.address): row for row in connection.execute(
@@ -152,27 +144,13 @@ def _set_positions(connection: Connection, chain_id: int,
             positions.c.chain_id == chain_id,
             positions.c.instance.in_(sorted({key[0] for key in values})),
             positions.c.address.in_(sorted({key[1] for key in values}))))}
-    new, changed = [], []
+    rows = []
     for (instance, address), fields in values.items():
         row = current.get((instance, address))
-        merged = {"activated": fields.get("activated", row.activated if row else False),
-                  "active_until": fields.get("active_until", row.active_until if row else 0)}
-        if row is None:
-            new.append({"chain_id": chain_id, "instance": instance, "address": address,
-                        **merged})
-        else:
-            changed.append({"row_instance": instance, "row_address": address,
-                            "new_activated": merged["activated"],
-                            "new_active_until": merged["active_until"]})
-    if new:
-        connection.execute(insert(positions), new)
-    if changed:
-        connection.execute(
-            update(positions).where(positions.c.chain_id == chain_id,
-                                    positions.c.instance == bindparam("row_instance"),
-                                    positions.c.address == bindparam("row_address"))
-            .values(activated=bindparam("new_activated"),
-                    active_until=bindparam("new_active_until")), changed)
+        rows.append((chain_id, instance, address,
+                     fields.get("activated", row.activated if row else False),
+                     fields.get("active_until", row.active_until if row else 0)))
+    insert_rows(connection, positions.name, POSITIONS_COLUMNS, rows, upsert_keys=POSITIONS_KEY)
 
 
 def recompute_positions(connection: Connection, chain_id: int,

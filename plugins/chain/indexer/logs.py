@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from plugins.chain.abi import AbiDecodeError
@@ -24,9 +23,11 @@ LOG_COLUMNS = ("chain_id", "block_hash", "log_index", "block_number", "tx_hash",
                "instance", "event", "account", "topics", "data")  # of ``chain_logs``
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RawLog:
-    """One log as JSON-RPC gives it; addresses and hashes lowercase."""
+    """One log as JSON-RPC gives it; addresses and hashes lowercase. Read-only by convention,
+    not frozen: the indexer makes one per log, and a frozen dataclass's ``__init__`` cost a
+    good part of what a log costs."""
 
     block_number: int
     block_hash: str
@@ -35,16 +36,18 @@ class RawLog:
     address: str
     topics: tuple[str, ...]
     data: str
+    _decoded: bool = field(default=False, init=False, repr=False, compare=False)
+    _event: DecodedEvent | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, log: Mapping[str, Any]) -> RawLog:
         """:raises AbiDecodeError: a pending log or fields that are not JSON-RPC's."""
         try:
-            return cls(int(log["blockNumber"], 16), str(log["blockHash"]).lower(),
-                       int(log["logIndex"], 16), str(log["transactionHash"]).lower(),
-                       str(log["address"]).lower(),
-                       tuple(str(topic).lower() for topic in log["topics"]), str(log["data"]))
-        except (KeyError, TypeError, ValueError) as error:
+            return cls(int(log["blockNumber"], 16), log["blockHash"].lower(),
+                       int(log["logIndex"], 16), log["transactionHash"].lower(),
+                       log["address"].lower(), tuple([topic.lower() for topic in log["topics"]]),
+                       str(log["data"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise AbiDecodeError(f"not a JSON-RPC log: {error!r}") from None
 
     @property
@@ -55,11 +58,17 @@ class RawLog:
     def order(self) -> tuple[int, int]:
         return self.block_number, self.log_index
 
-    @cached_property
+    @property
     def event(self) -> DecodedEvent | None:
         """The event of an indexed interface, or None for a log that is none of them (a
         contract may emit events we do not read). Decoded once: decoding is most of what a
         log costs the indexer."""
+        if not self._decoded:
+            self._event = self._decode()
+            self._decoded = True
+        return self._event
+
+    def _decode(self) -> DecodedEvent | None:
         if len(self.block_hash) != HASH_LENGTH or len(self.tx_hash) != HASH_LENGTH:
             return None
         try:
@@ -73,16 +82,30 @@ class RawLog:
         """The first indexed argument read as an address (lowercase), if there is one."""
         return "0x" + self.topics[1][-40:] if len(self.topics) > 1 else None
 
-    def row(self, chain_id: int, instance: str | None, event: str) -> tuple[object, ...]:
-        """The log's row of ``chain_logs``, in ``LOG_COLUMNS`` order."""
+    def row(self, chain_id: int, instance: str | None) -> tuple[object, ...]:
+        """The log's row of ``chain_logs``, in ``LOG_COLUMNS`` order (``event`` is the
+        decoded event's name, or ``unknown``)."""
+        event = self.event
+        topics = self.topics
         return (chain_id, self.block_hash, self.log_index, self.block_number, self.tx_hash,
-                self.address, instance, event, self.account(), json.dumps(self.topics),
-                self.data)
+                self.address, instance, "unknown" if event is None else event.name,
+                "0x" + topics[1][-40:] if len(topics) > 1 else None,
+                _topics_json(topics), self.data)
 
     @classmethod
     def from_row(cls, row: Any) -> RawLog:
         return cls(row.block_number, row.block_hash, row.log_index, row.tx_hash, row.address,
                    tuple(json.loads(row.topics)), row.data)
+
+
+def _topics_json(topics: tuple[str, ...]) -> str:
+    """``json.dumps(topics)``, written directly when the topics are plain ASCII letters and
+    digits (0x hex, as nodes send them: nothing to escape); json.dumps cost as much as the
+    rest of the row."""
+    plain = "".join(topics)
+    if plain.isascii() and plain.isalnum():
+        return '["' + '", "'.join(topics) + '"]'
+    return json.dumps(topics)
 
 
 def unique_in_order(logs: Iterable[RawLog]) -> list[RawLog]:

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from plugins.chain.indexer import derive
+from plugins.chain.indexer.bulk import insert_rows
 from plugins.chain.indexer.logs import LOG_COLUMNS, Followed, RawLog
 from plugins.chain.tables import blocks, cursors, logs, tokens, unreadable_tokens
 from runtime.errors import Unavailable
@@ -116,8 +117,7 @@ def step_of(chain_id: int, followed: Followed, logs: Sequence[RawLog], blocks: l
             on_final: Callable[[Connection], None] | None = None) -> Step:
     """The step storing ``logs`` (decoded and summed here: the CPU work of a step, done
     while the database thread writes the step before)."""
-    rows = [log.row(chain_id, followed.instance_of(log.address), _event_name(log))
-            for log in logs]
+    rows = [log.row(chain_id, followed.instance_of(log.address)) for log in logs]
     return Step(rows, derive.deltas_of(followed, logs, 1), blocks, head, final_number,
                 on_final)
 
@@ -147,21 +147,17 @@ def commit_step(connection: Connection, chain_id: int, owner: str, lease_seconds
 
 
 def insert_logs(connection: Connection, rows: Sequence[tuple[object, ...]]) -> None:
-    """Insert ``rows`` (``RawLog.row``'s, in ``LOG_COLUMNS`` order) in one statement: ``COPY``
-    on PostgreSQL, the driver's ``executemany`` on SQLite. SQLAlchemy's own per-row handling
-    of a many-row insert cost more than the insert itself (``docs/performance.md``)."""
-    columns = ", ".join(LOG_COLUMNS)
-    if connection.dialect.name == "postgresql":
-        driver = connection.connection.driver_connection
-        assert driver is not None
-        with driver.cursor() as cursor, cursor.copy(
-                f"COPY {logs.name} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+    """Insert ``rows`` (``RawLog.row``'s, in ``LOG_COLUMNS`` order) in as few statements as
+    the driver allows: ``COPY`` on PostgreSQL, multi-row ``INSERT``s on SQLite (``bulk``)."""
+    if connection.dialect.name != "postgresql":
+        insert_rows(connection, logs.name, LOG_COLUMNS, rows)
         return
-    marks = ", ".join("?" * len(LOG_COLUMNS))
-    connection.exec_driver_sql(f"INSERT INTO {logs.name} ({columns}) VALUES ({marks})",
-                               list(rows))
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor, cursor.copy(
+            f"COPY {logs.name} ({', '.join(LOG_COLUMNS)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
 
 
 def roll_back(connection: Connection, chain_id: int, owner: str, lease_seconds: float,
@@ -230,7 +226,3 @@ def final_logs(connection: Connection, chain_id: int, first: int, last: int,
                            logs.c.block_number <= last, logs.c.event.in_(events))
         .order_by(logs.c.block_number, logs.c.log_index))]
 
-
-def _event_name(log: RawLog) -> str:
-    event = log.event
-    return event.name if event is not None else "unknown"

@@ -139,9 +139,12 @@ async def _read_each(chains: Sequence[Chain], read: Callable[[Chain], Awaitable[
         except (RpcError, AbiDecodeError) as error:
             failures.append(_failure(chain, error))
 
-    async with trio.open_nursery() as nursery:
-        for chain in chains:
-            nursery.start_soon(one, chain)
+    if len(chains) == 1:
+        await one(chains[0])  # no task and nursery for a single chain
+    else:
+        async with trio.open_nursery() as nursery:
+            for chain in chains:
+                nursery.start_soon(one, chain)
     failures.sort(key=lambda failure: failure["chainId"])
     return answers, failures
 
