@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -115,15 +116,18 @@ def messenger_actor(service: Service, settings: AuthSettings) -> ActorSpec:
         redact = RedactSecret(settings.bot_token)
         httpx_log = logging.getLogger("httpx")
         httpx_log.addFilter(redact)
+        # Without a bot token nothing is sent, and no client is made: its TLS context (the
+        # system's CA file parsed) would cost every start of the service.
+        client = httpx.AsyncClient(timeout=10) if settings.bot_token else nullcontext(None)
         try:
-            async with httpx.AsyncClient(timeout=10) as http, trio.open_nursery() as nursery:
-                bot = BotClient(http, settings)
+            async with client as http, trio.open_nursery() as nursery:
+                bot = BotClient(http, settings) if http is not None else None
                 task_status.started()
                 async for envelope in mailbox:
                     message = envelope.message
                     if not isinstance(message, MessageUser):
                         raise TypeError(f"{MESSENGER_ACTOR} does not understand {message!r}")
-                    if not settings.bot_token or not message.user_ids:
+                    if bot is None or not message.user_ids:
                         continue
                     try:  # a database outage holds the message until it is back
                         chats = await until_available(

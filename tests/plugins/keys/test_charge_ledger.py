@@ -12,9 +12,12 @@ either way; what the ledger does next depends on what really happened:
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 import trio
 from sqlalchemy import Connection, select
@@ -26,7 +29,7 @@ from runtime.server import Running
 from tests.support.backends import REDIS_URL, redis_prefix
 from tests.support.commit_cutter import CommitCutter
 from tests.support.keys import create_key, keys_env
-from tests.support.private_servers import private_postgres
+from tests.support.private_servers import PrivatePostgres, private_postgres
 from tests.support.server import client, make_settings, running_server
 from tests.support.wallet import sign_in
 
@@ -53,41 +56,57 @@ async def _spend_and_usage(http: httpx.AsyncClient, key_id: str) -> tuple[str, i
     return key["spend_period_used"], usage["charges"]
 
 
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PrivatePostgres]:
+    """One private PostgreSQL for the module: starting one was most of each test's time."""
+    with private_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def database_url(postgres: PrivatePostgres) -> str:
+    """A database of the test's own in the private PostgreSQL (a URL straight to it)."""
+    name = f"ledger_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres.url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return postgres.url.rsplit("/", 1)[0] + f"/{name}"
+
+
 @pytest.mark.parametrize("meter", METERS)
 @pytest.mark.parametrize("committed", [True, False], ids=["committed", "not-committed"])
 async def test_a_charge_whose_commit_broke(tmp_path: Path, nursery: trio.Nursery,
+                                           postgres: PrivatePostgres, database_url: str,
                                            meter: str, committed: bool) -> None:
-    with private_postgres() as postgres:
-        cutter = CommitCutter(postgres.port)
-        await nursery.start(cutter.serve)
-        url = postgres.url.replace(f":{postgres.port}/", f":{cutter.port}/")
-        env = keys_env(tmp_path / "var", url, REDIS_URL if meter == "redis" else "",
-                       prefix=redis_prefix(),
-                       extra={"FLOWSVC_PLUGINS_KEYS_CHARGE_GRACE_SECONDS": "1",
-                              "FLOWSVC_PLUGINS_KEYS_CHARGE_RECONCILE_SECONDS": "0.3"})
-        async with running_server(make_settings(env), env) as server, client(server) as http:
-            await sign_in(http)
-            key = await create_key(http, rate_limit_rpm=0)
-            key_id = int(key["id"])
-            # The usage row is written only by the transaction that records the charge.
-            cutter.cut_next("INSERT INTO api_key_usage (", after=committed)
-            with pytest.raises(Unavailable):
-                await _charge(server, key_id)
-            assert cutter.cuts == 1
-            if committed:
-                charged = await _charge(server, key_id)
-                assert (charged.micro_flow, charged.period_used) == (AMOUNT, AMOUNT)
-                assert await _spend_and_usage(http, key["id"]) == ("0.400000", 1)
-                assert await server.service.db.read(_state) == "applied"
-                return
-            with trio.fail_after(10):
-                # The reconciler's work shows only in the database: poll it.
-                while await server.service.db.read(_state) != "void":  # noqa: ASYNC110
-                    await trio.sleep(0.1)
-            assert await _spend_and_usage(http, key["id"]) == ("0.000000", 0)
-            # Its caller retrying after all makes it anew, once.
-            for _ in range(2):
-                charged = await _charge(server, key_id)
-                assert (charged.micro_flow, charged.period_used) == (AMOUNT, AMOUNT)
+    cutter = CommitCutter(postgres.port)
+    await nursery.start(cutter.serve)
+    url = database_url.replace(f":{postgres.port}/", f":{cutter.port}/")
+    env = keys_env(tmp_path / "var", url, REDIS_URL if meter == "redis" else "",
+                   prefix=redis_prefix(),
+                   extra={"FLOWSVC_PLUGINS_KEYS_CHARGE_GRACE_SECONDS": "1",
+                          "FLOWSVC_PLUGINS_KEYS_CHARGE_RECONCILE_SECONDS": "0.3"})
+    async with running_server(make_settings(env), env) as server, client(server) as http:
+        await sign_in(http)
+        key = await create_key(http, rate_limit_rpm=0)
+        key_id = int(key["id"])
+        # The usage row is written only by the transaction that records the charge.
+        cutter.cut_next("INSERT INTO api_key_usage (", after=committed)
+        with pytest.raises(Unavailable):
+            await _charge(server, key_id)
+        assert cutter.cuts == 1
+        if committed:
+            charged = await _charge(server, key_id)
+            assert (charged.micro_flow, charged.period_used) == (AMOUNT, AMOUNT)
             assert await _spend_and_usage(http, key["id"]) == ("0.400000", 1)
             assert await server.service.db.read(_state) == "applied"
+            return
+        with trio.fail_after(10):
+            # The reconciler's work shows only in the database: poll it.
+            while await server.service.db.read(_state) != "void":  # noqa: ASYNC110
+                await trio.sleep(0.1)
+        assert await _spend_and_usage(http, key["id"]) == ("0.000000", 0)
+        # Its caller retrying after all makes it anew, once.
+        for _ in range(2):
+            charged = await _charge(server, key_id)
+            assert (charged.micro_flow, charged.period_used) == (AMOUNT, AMOUNT)
+        assert await _spend_and_usage(http, key["id"]) == ("0.400000", 1)
+        assert await server.service.db.read(_state) == "applied"
