@@ -167,6 +167,8 @@ class _Dispatcher:
         while True:
             self.wake = trio.Event()  # wake-ups from now on count; earlier ones are served
             room = self.max_held - self.held
+            if room <= 0:
+                self.backlog = True  # no room: sent deliveries wake the pump to claim again
             wanted = None
             # Under a backlog, claims wait for a batch's worth of room (settles go on).
             if room > 0 and (not self.backlog or self.sent >= self.batch or not self.held):
