@@ -137,7 +137,11 @@ async def measure(base_url: str, pid: int, token: str, env: dict[str, str],
         created = await http.post("/me/webhooks", json={"url": receiver.url(), "events": []})
         webhook_id = created.json()["webhook"]["id"]
 
-        async with open_service(load_settings(None, env), migrate=False, environ=env) as emitter:
+        # The emitter's one transaction of ``--events`` events is set-up, not measured: on a
+        # loaded machine it may outlast the usual 5 s database deadline.
+        emitter_env = {**env, "FLOWSVC_DATABASE_TIMEOUT_SECONDS": "120"}
+        async with open_service(load_settings(None, emitter_env), migrate=False,
+                                environ=emitter_env) as emitter:
             await emitter.db.write(partial(emit_many, emitter, user_id, args.events))
             committed = time.time()
             service_cpu = cpu_seconds(pid)

@@ -45,8 +45,10 @@ async def test_a_service_killed_during_an_attempt_shows_it_and_delivers_after_re
     """The first attempt fails (a retry is scheduled), the second is on the wire when the
     service gets SIGKILL: the receiver got it, so the history keeps it (``unknown``), and the
     restarted service delivers once its lease runs out."""
+    # The attempt after the restart must not time out on a loaded machine (an extra "retry"
+    # in the history): a wide attempt deadline, and a lease a little longer.
     env = process_env(tmp_path / "var", database_url, backoff_base_seconds=0.05,
-                      lease_seconds=3)
+                      timeout_seconds=6, lease_seconds=8)
     restarted = False
     never = trio.Event()
 

@@ -13,15 +13,16 @@ import pytest
 import trio
 from sqlalchemy import Connection, func, select, update
 
+from plugins.webhooks.claims import claim_due
 from plugins.webhooks.outbox import (
     Job,
     Outcome,
-    claim_due,
+    give_back,
     purge_finished,
     release_claims,
-    settle,
     write_event,
 )
+from plugins.webhooks.settling import settle
 from plugins.webhooks.subscriptions import (
     create_subscription,
     delete_subscription,
@@ -154,6 +155,29 @@ async def test_a_lease_that_runs_out_comes_back_and_a_released_one_at_once(
     assert released == 1 and [job.delivery_id for job in again] == [kept[0].delivery_id]
     assert stale == ["stale"]  # the crashed owner's late outcome changes nothing
     assert (await delivery_row(service, short[0])).claim_owner == "other"
+
+
+async def test_a_claim_given_back_unsent_leaves_no_attempt_and_is_claimable_at_once(
+        service: Service) -> None:
+    """A dispatcher hands back what it claimed ahead but never sent: the lease goes, the
+    attempt is uncounted and its ``unknown`` row deleted; a claim it no longer holds is left
+    alone."""
+    user = await new_user(service, ("https://a.example/1", []))
+    await emit(service, user, 2)
+    unsent, lost = await claim(service, "one", room=2)
+    await lease_runs_out(service, lost)
+    [taken_over] = await claim(service, "other", room=1)
+
+    given = await service.db.write(give_back, [unsent, lost], "one")
+    [again] = await claim(service, "other", room=1)
+    history = await service.db.read(lambda c: c.execute(
+        select(attempts.c.delivery_id, attempts.c.number, attempts.c.outcome)).all())
+
+    assert given == 1 and taken_over.delivery_id == lost.delivery_id
+    assert (again.delivery_id, again.number) == (unsent.delivery_id, 1)
+    assert sorted(tuple(row) for row in history) == sorted([
+        (unsent.delivery_id, 1, "unknown"), (lost.delivery_id, 1, "unknown"),
+        (lost.delivery_id, 2, "unknown")])
 
 
 async def test_every_claimed_attempt_is_in_the_history_until_settled_and_after(
