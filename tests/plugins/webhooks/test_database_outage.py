@@ -24,8 +24,11 @@ PINGS = 3
 # Several of the dispatcher's backoff steps (0.1 s doubling to 2 s), and longer than the
 # lease: the leases run out while the answers wait to be settled, and the dispatcher must not
 # take its own deliveries back and send them again.
-OUTAGE_SECONDS = 4.0
-LEASE_SECONDS = 1.5
+OUTAGE_SECONDS = 8.0
+LEASE_SECONDS = 6.0
+# The answers are held until PostgreSQL has stopped, which can take seconds on a loaded
+# machine: an attempt deadline that outlasts it (an attempt timed out shows as a retry).
+TIMEOUT_SECONDS = 5.0
 RECOVERY_SECONDS = 15.0  # a wide bound on a loaded machine; the backoff caps at 2 s
 
 
@@ -47,7 +50,7 @@ async def test_the_dispatcher_waits_out_a_database_outage_and_settles_what_it_se
         tmp_path: Path) -> None:
     answer = trio.Event()
     with private_postgres() as postgres:
-        env = webhook_env(tmp_path / "var", postgres.url, timeout_seconds=1,
+        env = webhook_env(tmp_path / "var", postgres.url, timeout_seconds=TIMEOUT_SECONDS,
                           lease_seconds=LEASE_SECONDS)
         async with running_receiver(lambda _request: Reply(204, hold=answer)) as receiver, \
                 running_server(make_settings(env), env) as running, client(running) as http:
