@@ -51,7 +51,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -66,6 +65,7 @@ from bench.harness import (
     cpu_seconds,
     free_port,
     hello_server,
+    process_tree,
     python_module_argv,
     running_server,
     write_json,
@@ -212,18 +212,11 @@ async def _line(process: trio.Process) -> bytes:
     return data
 
 
-def server_pids(server: RunningServer) -> list[int]:
-    """The server's process and its children (the workers of ``serve --workers N``)."""
-    pid = server.process.pid
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii").split()
-    return [pid, *(int(child) for child in children)]
-
-
-async def measure(server: RunningServer, path: str, count: int, seconds: float,
-                  clients: int) -> Step:
-    """Open ``count`` subscribers in ``clients`` processes, then record ``seconds`` of
-    timed events and the server's CPU use meanwhile."""
-    base_url = server.base_url
+async def measure(base_url: str, servers: Sequence[RunningServer], path: str, count: int,
+                  seconds: float, clients: int) -> Step:
+    """Open ``count`` subscribers of ``base_url`` (a server, or a balancer in front of
+    ``servers``) in ``clients`` processes, then record ``seconds`` of timed events and the
+    CPU ``servers`` used meanwhile."""
     shares = [count // clients + (index < count % clients) for index in range(clients)]
     processes = [await trio.lowlevel.open_process(
         [sys.executable, "-m", "bench.bench_sse", "subscribers", base_url, path, str(share)],
@@ -233,7 +226,7 @@ async def measure(server: RunningServer, path: str, count: int, seconds: float,
             for process in processes:
                 await _line(process)
         await trio.sleep(1.0)  # let every subscriber settle before the window opens
-        pids = server_pids(server)
+        pids = process_tree([server.process.pid for server in servers])
         cpu_before = sum(cpu_seconds(pid) for pid in pids)
         window = f"{time.time()} {seconds}\n".encode()
         for process in processes:
@@ -284,7 +277,8 @@ async def sweep(name: str, counts: Sequence[int], budget_ms: float,
 async def baseline_steps(server: RunningServer, args: argparse.Namespace) -> list[Step]:
     async def publish(count: int) -> Step:
         async with helper_process("publish", server.url("/publish"), str(args.rate)):
-            return await measure(server, "/sse", count, args.seconds, args.clients)
+            return await measure(server.base_url, [server], "/sse", count, args.seconds,
+                                 args.clients)
 
     return await sweep("baseline", args.counts, args.budget_ms, publish)
 
@@ -387,13 +381,16 @@ async def signed_in(http: httpx.AsyncClient) -> str:
     return address
 
 
-async def flowsvc_steps(server: RunningServer, args: argparse.Namespace, name: str
-                        ) -> list[Step]:
+async def flowsvc_steps(base_url: str, servers: Sequence[RunningServer],
+                        args: argparse.Namespace, name: str) -> list[Step]:
+    """Sweep K (``args.counts``, ``args.seconds``, ``args.rate``, ``args.clients``,
+    ``args.budget_ms``) over a paced run of a new project of ``base_url``: a flowsvc server
+    with :func:`sse_plugin_env`, or a balancer in front of ``servers``."""
     # The operator's client carries no session: a session cookie would win over the
     # internal token.
     internal = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http, \
-            httpx.AsyncClient(base_url=server.base_url, timeout=30,
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http, \
+            httpx.AsyncClient(base_url=base_url, timeout=30,
                               headers=internal) as operator:
         owner = await signed_in(http)
         (await operator.put("/internal/tokens/bench", json={
@@ -410,8 +407,8 @@ async def flowsvc_steps(server: RunningServer, args: argparse.Namespace, name: s
             started = await operator.post(f"/bench-sse/{slug}/run",
                                           params={"turns": str(args.rate / 2)})
             started.raise_for_status()
-            step = await measure(server, f"/projects/{slug}/stream", count, args.seconds,
-                                 args.clients)
+            step = await measure(base_url, servers, f"/projects/{slug}/stream", count,
+                                 args.seconds, args.clients)
             await http.post(f"/projects/{slug}/cancel")
             return step
 
@@ -426,10 +423,21 @@ async def flowsvc_bench_server(*, redis_url: str | None = None, workers: int = 1
     shared = {} if redis_url is None else {
         "FLOWSVC_REDIS_URL": redis_url, "FLOWSVC_SERVICE_WORKERS": str(workers),
         "FLOWSVC_REDIS_PREFIX": f"bench-sse-{os.getpid()}-{workers}:"}
-    env = {
-        **shared,
-        **({PROFILE_VARIABLE: profile} if profile else {}),
-        "FLOWSVC_PLUGINS_ENABLED": '["auth", "chain", "projects", "bench.bench_sse"]',
+    env = {**shared, **({PROFILE_VARIABLE: profile} if profile else {}), **sse_plugin_env()}
+    with ExitStack() as stack:
+        server = await trio.to_thread.run_sync(stack.enter_context, _serve(env))
+        try:
+            yield server
+        finally:
+            await trio.to_thread.run_sync(stack.close)
+
+
+def sse_plugin_env(*plugins: str) -> dict[str, str]:
+    """The settings of a server ``flowsvc_steps`` can measure: the auth, chain and projects
+    plugins, ``plugins`` and this module enabled, no rate limits, room for every subscriber."""
+    enabled = ["auth", "chain", "projects", *plugins, "bench.bench_sse"]
+    return {
+        "FLOWSVC_PLUGINS_ENABLED": json.dumps(list(dict.fromkeys(enabled))),
         "FLOWSVC_INTERNAL_TOKEN": INTERNAL_TOKEN,
         "FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "j" * 32,
         "FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
@@ -438,12 +446,6 @@ async def flowsvc_bench_server(*, redis_url: str | None = None, workers: int = 1
         # Every subscriber connects from this one address.
         "FLOWSVC_PLUGINS_PROJECTS_STREAMS_PER_CLIENT": "100000",
     }
-    with ExitStack() as stack:
-        server = await trio.to_thread.run_sync(stack.enter_context, _serve(env))
-        try:
-            yield server
-        finally:
-            await trio.to_thread.run_sync(stack.close)
 
 
 @contextmanager
@@ -470,13 +472,14 @@ async def run(args: argparse.Namespace) -> dict[str, list[Step]]:
             results["baseline"] = await baseline_steps(baseline, args)
     if "flowsvc" in args.servers:
         async with flowsvc_bench_server(profile=args.profile) as server:
-            results["flowsvc"] = await flowsvc_steps(server, args, "flowsvc")
+            results["flowsvc"] = await flowsvc_steps(server.base_url, [server], args,
+                                                     "flowsvc")
     for workers in (1, 2):
         name = f"redis-{workers}"
         if name in args.servers:
             async with flowsvc_bench_server(redis_url=args.redis_url,
                                             workers=workers) as server:
-                results[name] = await flowsvc_steps(server, args, name)
+                results[name] = await flowsvc_steps(server.base_url, [server], args, name)
     return results
 
 

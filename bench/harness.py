@@ -343,6 +343,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_tree(pids: Sequence[int]) -> list[int]:
+    """Each of ``pids`` with its children (the workers of ``serve --workers N``), for
+    ``cpu_seconds`` over a whole server or several hosts (Linux)."""
+    tree: list[int] = []
+    for pid in pids:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii").split()
+        tree += [pid, *(int(child) for child in children)]
+    return tree
+
+
 @dataclasses.dataclass(frozen=True)
 class Measured:
     """A ``measure_pair`` result and each side's CPU microseconds per request over its runs.

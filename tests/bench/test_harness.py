@@ -2,6 +2,9 @@
 
 import http.client
 import json
+import os
+import signal
+import subprocess
 import sys
 import urllib.parse
 from collections.abc import Iterator
@@ -18,6 +21,7 @@ from bench.harness import (
     format_report,
     free_port,
     hello_server,
+    process_tree,
     require_wrk,
     run_wrk,
     running_server,
@@ -158,3 +162,20 @@ def test_write_json_writes_dataclasses_as_objects(tmp_path: Path) -> None:
     assert json.loads(written.read_text()) == {
         "run": {"rps": 1.5, "p50_ms": 1.0, "p99_ms": 2.0, "errors": 0, "non_2xx": 0}
     }
+
+
+def test_process_tree_lists_each_process_then_its_children() -> None:
+    with subprocess.Popen(
+            [sys.executable, "-c", "import subprocess, time; child = subprocess.Popen(['sleep', "
+             "'60']); print(child.pid, flush=True); time.sleep(60)"],
+            stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        try:
+            tree = process_tree([parent.pid, os.getpid()])
+        finally:
+            os.kill(child, signal.SIGKILL)
+            parent.kill()
+
+    assert tree[:3] == [parent.pid, child, os.getpid()]
+    assert parent.pid in tree[3:]  # this test's own child
