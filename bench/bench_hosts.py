@@ -27,7 +27,6 @@ import contextlib
 import datetime
 import os
 import secrets
-import statistics
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -91,15 +90,18 @@ async def _sse_sides(one: str, two: str, hosts: Sequence[RunningServer],
 
 
 def _sse_figures(sides: dict[str, list[Step]], budget_ms: float) -> dict[str, Any]:
-    """Largest K within the budget and median CPU per delivery, per side; their ratios. The
-    CPU ratio is what the K ratio would be with a whole core per host (two cores' worth of
-    deliveries at the two hosts' cost against one core's at the one host's): the figure a
-    loaded machine still gives, since CPU per delivery does not depend on the wait for a
-    core that decides the latencies."""
+    """Largest K within the budget per side and its ratio; each side's CPU per delivery at
+    the largest K both sides measured (the same load on each, the fixed costs of the run and
+    the Redis tail spread the same way), and what it makes of the ratio with a whole core per
+    host: two cores' worth of deliveries at the two hosts' cost against one core's at the one
+    host's. A loaded machine still gives that one, since CPU per delivery does not depend on
+    the wait for a core that decides the latencies."""
     largest = {name: largest_within(steps, budget_ms) for name, steps in sides.items()}
-    cpu = {name: statistics.median(step.cpu_us_per_delivery for step in steps)
+    common = max(set.intersection(*({step.subscribers for step in steps}
+                                     for steps in sides.values())))
+    cpu = {name: next(step.cpu_us_per_delivery for step in steps if step.subscribers == common)
            for name, steps in sides.items()}
-    return {"largest_k_within_budget": largest, "cpu_us_per_delivery": cpu,
+    return {"largest_k_within_budget": largest, "cpu_at_k": common, "cpu_us_per_delivery": cpu,
             "k_ratio": (largest["two hosts"] / largest["one host"]
                         if largest["one host"] else 0.0),
             "cpu_ratio": (2 * cpu["one host"] / cpu["two hosts"]
@@ -115,10 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=32, help="wrk connections")
     parser.add_argument("--parts", default="rps,sse", type=lambda text: text.split(","),
                         help="rps (requests per second), sse (subscribers held)")
-    parser.add_argument("--counts", default="50,100,200,400,700,1000,1500,2000",
+    parser.add_argument("--counts", default="50,100,200,400,700,1000,1500,2000,3000",
                         type=lambda text: [int(part) for part in text.split(",")],
                         help="sse: subscriber counts K to measure, in increasing order")
-    parser.add_argument("--seconds", type=float, default=3.0, help="sse: measured s per K")
+    parser.add_argument("--seconds", type=float, default=5.0, help="sse: measured s per K")
     parser.add_argument("--rate", type=float, default=20.0, help="sse: events per second")
     parser.add_argument("--budget-ms", type=float, default=250.0, help="sse: p99 budget")
     parser.add_argument("--clients", type=int, default=2, help="sse: subscriber processes")
@@ -177,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"under {args.budget_ms:g} ms (of {max(args.counts)} tried): "
               + ", ".join(f"{name} {k}" for name, k in sse["largest_k_within_budget"].items())
               + f"; two hosts / one {sse['k_ratio']:.2f} (goal >= {SSE_GOAL})")
-        print("hosts' CPU per delivery (median over K): "
+        print(f"hosts' CPU per delivery at K={sse['cpu_at_k']}: "
               + ", ".join(f"{name} {us:.0f} us" for name, us in
                           sse["cpu_us_per_delivery"].items())
               + f"; a core per host would hold two hosts / one {sse['cpu_ratio']:.2f}")
