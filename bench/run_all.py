@@ -26,7 +26,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "bench.bench_baseline": ["--duration", "3", "--rounds", "3"],
     "bench.bench_cluster": ["--duration", "2", "--rounds", "2"],
     "bench.bench_db_threads": ["--duration", "3", "--rounds", "2"],
-    "bench.bench_hosts": ["--duration", "3", "--rounds", "2"],
+    "bench.bench_hosts": ["--duration", "3", "--rounds", "2", "--counts", "100,300,700,1500,3000"],
     "bench.bench_keys": ["--duration", "2", "--rounds", "2"],
     "bench.bench_marketplace": ["--agents", "20000", "--deep", "18000", "--duration", "3"],
     "bench.bench_onchain": ["--rounds", "2", "--duration", "3"],
