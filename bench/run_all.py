@@ -23,6 +23,7 @@ from typing import Any
 from bench.harness import RESULTS_DIR
 
 ARGUMENTS: dict[str, list[str]] = {
+    "bench.bench_artifacts": ["--files", "100", "--megabytes", "16", "--rounds", "2"],
     "bench.bench_baseline": ["--duration", "3", "--rounds", "3"],
     "bench.bench_cluster": ["--duration", "2", "--rounds", "2"],
     "bench.bench_db_threads": ["--duration", "3", "--rounds", "2"],
@@ -34,6 +35,9 @@ ARGUMENTS: dict[str, list[str]] = {
     "bench.bench_preview": ["--duration", "3", "--rounds", "3"],
     "bench.bench_sandbox": ["--commands", "40", "--shots", "3"],
     "bench.bench_session": ["--duration", "3", "--rounds", "3"],
+    # Loading 10 million rows takes about 15 minutes alone: one million here (the 10 M run's
+    # command and figures are in docs/performance.md).
+    "bench.bench_usage_rollup": ["--large", "1000000", "--requests", "50"],
     "bench.bench_webhooks": ["--events", "1000", "--seconds", "6"],
 }
 # Counted in instructions, which do not move with the machine's load: run beside the others
