@@ -81,7 +81,7 @@ def test_plugins_lists_hooks_actors_and_routes(cli_env: dict[str, str],
             sections[name].append(line.strip())
     assert list(sections) == ["core", "auth", TESTKIT]
     core, auth, testkit = sections["core"], sections["auth"], sections[TESTKIT]
-    assert "actors: core.housekeeper, core.log_flusher" in core
+    assert "actors: core.housekeeper, core.log_flusher, core.retention" in core
     assert any(line.startswith("hooks: ") and "flowsvc_migrations" in line for line in core)
     auth_hooks = next(line for line in auth if line.startswith("hooks: "))
     assert {"flowsvc_blueprints", "flowsvc_actors", "flowsvc_commands",
