@@ -15,13 +15,12 @@ import sys
 from collections.abc import Sequence
 
 from bench.harness import (
-    WrkMissingError,
     compare,
     hello_server,
     measure_pair,
     print_report,
-    require_wrk,
     write_json,
+    wrk_found,
 )
 
 
@@ -34,10 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
     parser.add_argument("--json", default="baseline.json", help="file under bench/results/")
     args = parser.parse_args(argv)
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
 
     with hello_server() as first, hello_server() as second:

@@ -27,16 +27,15 @@ from bench.bench_keys import _env, _forget_redis_keys
 from bench.harness import (
     Measured,
     RunningServer,
-    WrkMissingError,
     free_port,
     goal_row,
     measure_servers,
     new_key,
     python_module_argv,
     report_measured,
-    require_wrk,
     running_server,
     write_json,
+    wrk_found,
 )
 from tests.support.private_servers import private_redis_cluster
 
@@ -70,10 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--owners", type=int, default=16, help="users of the many-owner run")
     parser.add_argument("--json", default="cluster.json", help="file under bench/results/")
     args = parser.parse_args(argv)
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
     prefix = f"flowsvc-bench:{secrets.token_hex(4)}:"
     with tempfile.TemporaryDirectory() as var_dir, private_redis_cluster() as cluster:

@@ -17,14 +17,13 @@ import sys
 from collections.abc import Sequence
 
 from bench.harness import (
-    WrkMissingError,
     compare,
     flowsvc_server,
     hello_server,
     measure_pair,
     print_report,
-    require_wrk,
     write_json,
+    wrk_found,
 )
 
 POSTGRES_URL = os.environ.get("FLOWSVC_BENCH_POSTGRES_URL",
@@ -37,10 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=16)
     args = parser.parse_args(argv)
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
     results: dict[str, object] = {}
     secrets = {"FLOWSVC_JWT_SECRET": "bench-jwt-secret-" + "j" * 32,

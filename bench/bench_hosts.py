@@ -40,7 +40,6 @@ from bench.bench_keys import _env
 from bench.bench_sse import Step, flowsvc_steps, largest_within, sse_plugin_env
 from bench.harness import (
     RunningServer,
-    WrkMissingError,
     compare,
     free_port,
     goal_row,
@@ -49,9 +48,9 @@ from bench.harness import (
     postgres_schema,
     print_report,
     python_module_argv,
-    require_wrk,
     running_server,
     write_json,
+    wrk_found,
 )
 from tests.support.haproxy import haproxy
 from tests.support.private_servers import private_redis_cluster
@@ -127,10 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--json", default="hosts.json", help="file under bench/results/")
     args = parser.parse_args(argv)
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
     prefix = f"flowsvc-bench:{secrets.token_hex(4)}:"
     results: dict[str, Any] = {}

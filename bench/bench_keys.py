@@ -35,7 +35,6 @@ import httpx
 from bench.harness import (
     Measured,
     RunningServer,
-    WrkMissingError,
     free_port,
     goal_row,
     hello_server,
@@ -44,10 +43,10 @@ from bench.harness import (
     new_key,
     python_module_argv,
     report_measured,
-    require_wrk,
     run_wrk,
     running_server,
     write_json,
+    wrk_found,
 )
 
 
@@ -138,10 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cap", type=int, default=500, help="key cap for the accuracy run")
     parser.add_argument("--json", default="keys.json", help="file under bench/results/")
     args = parser.parse_args(argv)
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
     prefix = f"flowsvc-bench:{secrets.token_hex(4)}:"
     knobs = {"rounds": args.rounds, "duration_s": args.duration,

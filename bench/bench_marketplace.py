@@ -32,7 +32,6 @@ from sqlalchemy import Connection, insert, select
 
 from bench.harness import (
     PairResult,
-    WrkMissingError,
     compare,
     free_port,
     hello_server,
@@ -40,9 +39,9 @@ from bench.harness import (
     postgres_schema,
     print_report,
     python_module_argv,
-    require_wrk,
     running_server,
     write_json,
+    wrk_found,
 )
 from plugins.marketplace.ranking import (
     OPEN,
@@ -214,10 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.deep <= args.agents:
         parser.error("--deep must be between 1 and --agents")
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="flowsvc-bench-sqlite-") as folder:

@@ -40,13 +40,12 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from bench.harness import (
-    WrkMissingError,
     WrkResult,
     cpu_seconds,
     flowsvc_server,
-    require_wrk,
     run_wrk,
     write_json,
+    wrk_found,
 )
 from plugins.chain.onchain.reads import flow_position_batch
 from plugins.chain.views import Ecosystem
@@ -220,10 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, default=8)
     args = parser.parse_args(argv)
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
     load_before = os.getloadavg()[0]
     users: list[LocalAccount] = [Account.create() for _ in range(args.users)]

@@ -38,17 +38,16 @@ from bench.harness import (
     Measured,
     PairResult,
     RunningServer,
-    WrkMissingError,
     WrkResult,
     _median_result,
     cpu_seconds,
     flowsvc_server,
     goal_row,
     report_measured,
-    require_wrk,
     run_wrk,
     signed_in,
     write_json,
+    wrk_found,
 )
 from tests.support.fake_openai import FakeOpenAI, Stall, StreamedTurn
 
@@ -156,10 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         choices=["debug", "info", "warning", "error"])
     parser.add_argument("--json", default="preview.json", help="file under bench/results/")
     args = parser.parse_args(argv)
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
 
     page = (b"<!doctype html><title>bench</title><script>document.title='ran'</script>"

@@ -33,17 +33,16 @@ from typing import Any
 import trio
 
 from bench.harness import (
-    WrkMissingError,
     free_port,
     goal_row,
     hello_server,
     measure_servers,
     python_module_argv,
     report_measured,
-    require_wrk,
     running_server,
     session_cookie,
     write_json,
+    wrk_found,
 )
 from plugins.auth.session_view import SessionView
 from plugins.auth.sessions import SessionClaims, TokenVerifier, decode_token, issue_token
@@ -141,10 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="skip measuring GET /healthz (no session) against hello-world")
     parser.add_argument("--json", default="session.json", help="file under bench/results/")
     args = parser.parse_args(argv)
-    try:
-        require_wrk()
-    except WrkMissingError as error:
-        print(error, file=sys.stderr)
+    if not wrk_found():
         return 2
 
     port = free_port()

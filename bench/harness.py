@@ -228,6 +228,17 @@ def require_wrk() -> str:
     return path
 
 
+def wrk_found() -> bool:
+    """Whether wrk is on PATH; when it is not, say how to install it (on stderr), so a
+    benchmark's ``main`` can return 2 at once."""
+    try:
+        require_wrk()
+    except WrkMissingError as error:
+        print(error, file=sys.stderr)
+        return False
+    return True
+
+
 def run_wrk(
     url: str,
     *,
