@@ -207,7 +207,11 @@ async def run_scenario(base_url: str, process: trio.Process, postgres: PrivatePo
         async with trio.open_nursery() as nursery:
             nursery.start_soon(make_requests, base_url, caller.cookies, key["raw_key"],
                                traffic, stop)
-            await trio.sleep(1.0)
+            # Longer than two rounds of the key directory's invalidation poll (1 s): a poll
+            # forgets the keys changed in its last two intervals, this key (made just above)
+            # among them, and a key forgotten as the database stops cannot be identified
+            # until it is back. After that, the requests keep the key cached.
+            await trio.sleep(3.0)
             traffic.phase = "database"
             await trio.to_thread.run_sync(postgres.stop)
             await trio.sleep(REDIS_LAG_SECONDS)
