@@ -53,10 +53,15 @@ class CommitInfo:
 
 @dataclass(frozen=True)
 class ScreenshotInfo:
-    """A picture of the build made by a tool; becomes the ``screenshot`` stream event."""
+    """A picture of the build made by a tool; becomes the ``screenshot`` stream event.
+
+    ``path`` is the picture's path in the work tree, when it is kept there: the runner
+    stores the file with the event, so that every host serves ``url`` at once.
+    """
 
     url: str
     caption: str | None = None
+    path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 Both are read from the commits stored in the database (``engine.commit_store``), never
 from a host's workspace, so every host serves them, whichever host ran the build and
-whether or not it is still up. A file no commit holds yet (a screenshot a run just took)
-is served from the work tree of the host that holds it, when the request reaches it.
+whether or not it is still up. A screenshot a run just took, before any commit holds it,
+is stored with its event (``commit_store.store_screenshot``) and served from there too. Any
+other file no commit holds yet is served from the work tree of the host that holds it, when
+the request reaches it.
 
 Agent-written files may hold script (HTML, SVG), so every file is served with
 ``Content-Security-Policy: sandbox`` (the browser runs it in a unique origin without
@@ -29,6 +31,7 @@ from plugins.projects.engine.commit_store import (
     content_chunks,
     files_of,
     find_commit,
+    find_screenshot,
     read_content,
 )
 from plugins.projects.engine.workspace import SYMLINK_MODE, Workspace, WorkspaceError
@@ -71,8 +74,11 @@ async def project_file(slug: str, path: str) -> Response:
     commit = await service.db.read(find_commit, project.id, ref)
     if commit is None and ref is not None:
         raise NotFound(f"project {slug!r} has no commit {ref}")
-    stored = await service.db.read(files_of, commit.id, PurePosixPath(path).as_posix()) \
-        if commit is not None else []
+    relative = PurePosixPath(path).as_posix()
+    stored = await service.db.read(files_of, commit.id, relative) if commit is not None else []
+    if not stored and ref is None:
+        screenshot = await service.db.read(find_screenshot, project.id, relative)
+        stored = [screenshot] if screenshot is not None else []
     if stored and stored[0].mode != SYMLINK_MODE:
         if stored[0].size > MAX_FILE_BYTES:
             raise _too_large(path)

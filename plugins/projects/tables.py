@@ -122,3 +122,14 @@ commit_files = Table(
     Column("mode", Integer, nullable=False),
     Column("blob", String(64), ForeignKey("project_blobs.sha256"), nullable=False),
 )
+
+# The screenshots runs took, by project and work-tree path, stored with their ``screenshot``
+# event: the event's URL works on every host before any commit holds the picture.
+screenshots = Table(
+    "project_screenshots", metadata,
+    Column("project_id", BigInteger, ForeignKey("projects.id"), primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("blob", String(64), ForeignKey("project_blobs.sha256"), nullable=False),
+    Column("run_id", String(40), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)

@@ -31,6 +31,10 @@ from runtime.wire import format_flow
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+# The key of a ``screenshot`` event's data that names the picture's work-tree path, for the
+# publisher to store the file with the event; it is not published (the spec's event is
+# ``{url, caption?}``).
+SCREENSHOT_PATH = "_path"
 
 _PLAN_LINE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+(?P<title>\S.*?)\s*$")
 _STEP_TITLE_LIMIT = 120
@@ -150,6 +154,8 @@ class _Run:
             shot: dict[str, Any] = {"url": result.screenshot.url}
             if result.screenshot.caption is not None:
                 shot["caption"] = result.screenshot.caption
+            if result.screenshot.path is not None:
+                shot[SCREENSHOT_PATH] = result.screenshot.path  # the publisher takes it out
             await self.emit("screenshot", shot)
 
 

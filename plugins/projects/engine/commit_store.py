@@ -6,7 +6,9 @@ transaction that stores the event (``engine.run_publisher``): a commit the strea
 is always downloadable, from any host, whatever becomes of the host that made it. A
 snapshot is the commit's raw git object and its list of files (path, git mode, SHA-256 of
 the content); each distinct content is stored once (``project_blobs``, in chunks of 1 MiB
-in ``project_blob_chunks``), however many commits and projects hold it.
+in ``project_blob_chunks``), however many commits and projects hold it. A screenshot is
+stored the same way with its ``screenshot`` event (``project_screenshots``, by project and
+work-tree path), so that every host serves it before any commit holds it.
 
 Downloads (``plugins.projects.downloads``) read these tables only. A run that starts on a
 host whose workspace does not hold the project's last stored commit (another host ran the
@@ -23,12 +25,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from plugins.projects.engine.workspace import SYMLINK_MODE, TreeFile, Workspace
-from plugins.projects.tables import blob_chunks, blobs, commit_files, commits
+from plugins.projects.engine.workspace import REGULAR_MODE, SYMLINK_MODE, TreeFile, Workspace
+from plugins.projects.tables import blob_chunks, blobs, commit_files, commits, screenshots
 from runtime.service import Service
 
 log = logging.getLogger("flowsvc.projects.commits")
@@ -99,16 +101,31 @@ def store_snapshot(connection: Connection, project_id: int, run_id: str,
         commits.c.project_id == project_id, commits.c.sha == snapshot.sha)).first()
     if exists is not None:
         return
-    digests = sorted({file.blob for file in snapshot.files})
+    store_contents(connection, {file.blob for file in snapshot.files}, snapshot.contents)
+    commit_id = connection.execute(insert(commits).values(
+        project_id=project_id, sha=snapshot.sha, run_id=run_id,
+        git_object=snapshot.git_object, total_bytes=sum(f.size for f in snapshot.files),
+        created_at=datetime.now(UTC)).returning(commits.c.id)).scalar_one()
+    if snapshot.files:
+        connection.execute(insert(commit_files), [
+            {"commit_id": commit_id, "path": file.path, "mode": file.mode, "blob": file.blob}
+            for file in snapshot.files])
+
+
+def store_contents(connection: Connection, digests: set[str], contents: dict[str, bytes]
+                   ) -> None:
+    """Make sure the contents ``digests`` are stored: ``contents`` holds (by SHA-256) at
+    least those the database may lack; only the missing ones are sent."""
+    ordered = sorted(digests)
     present: set[str] = set()
-    for start in range(0, len(digests), _IN_CHUNK):
+    for start in range(0, len(ordered), _IN_CHUNK):
         present.update(connection.execute(select(blobs.c.sha256).where(
-            blobs.c.sha256.in_(digests[start:start + _IN_CHUNK]))).scalars())
+            blobs.c.sha256.in_(ordered[start:start + _IN_CHUNK]))).scalars())
     dialect_insert = postgresql_insert if connection.dialect.name == "postgresql" \
         else sqlite_insert
-    for digest in digests:
+    for digest in ordered:
         if digest not in present:
-            content = snapshot.contents[digest]
+            content = contents[digest]
             # Another project's run may store the same content at the same time: the one
             # whose row lands stores the chunks too.
             added = connection.execute(dialect_insert(blobs).values(
@@ -120,14 +137,28 @@ def store_snapshot(connection: Connection, project_id: int, run_id: str,
                     {"sha256": digest, "seq": seq,
                      "content": content[seq * CHUNK_BYTES:(seq + 1) * CHUNK_BYTES]}
                     for seq in range((len(content) + CHUNK_BYTES - 1) // CHUNK_BYTES)])
-    commit_id = connection.execute(insert(commits).values(
-        project_id=project_id, sha=snapshot.sha, run_id=run_id,
-        git_object=snapshot.git_object, total_bytes=sum(f.size for f in snapshot.files),
-        created_at=datetime.now(UTC)).returning(commits.c.id)).scalar_one()
-    if snapshot.files:
-        connection.execute(insert(commit_files), [
-            {"commit_id": commit_id, "path": file.path, "mode": file.mode, "blob": file.blob}
-            for file in snapshot.files])
+
+
+def store_screenshot(connection: Connection, project_id: int, run_id: str, path: str,
+                     content: bytes) -> None:
+    """Store a screenshot a run just took, at its work-tree ``path``, before any commit
+    holds it; a later screenshot at the same path replaces it."""
+    digest = hashlib.sha256(content).hexdigest()
+    store_contents(connection, {digest}, {digest: content})
+    connection.execute(delete(screenshots).where(screenshots.c.project_id == project_id,
+                                                 screenshots.c.path == path))
+    connection.execute(insert(screenshots).values(
+        project_id=project_id, path=path, blob=digest, run_id=run_id,
+        created_at=datetime.now(UTC)))
+
+
+def find_screenshot(connection: Connection, project_id: int, path: str) -> StoredFile | None:
+    """The stored screenshot of the project at ``path``, or None."""
+    row = connection.execute(
+        select(screenshots.c.blob, blobs.c.size)
+        .join(blobs, blobs.c.sha256 == screenshots.c.blob)
+        .where(screenshots.c.project_id == project_id, screenshots.c.path == path)).first()
+    return None if row is None else StoredFile(path, REGULAR_MODE, row.blob, int(row.size))
 
 
 def find_commit(connection: Connection, project_id: int, ref: str | None) -> StoredCommit | None:

@@ -18,7 +18,8 @@ process's subscribers; the Redis mirror misses them (``live.event_log``).
 
 A ``commit`` event of a project run is stored with the commit's files
 (``engine.commit_store``), in the transaction that stores the event: what the stream
-announces is downloadable from every host.
+announces is downloadable from every host. So is a ``screenshot`` event's picture: its file
+is read from the workspace and stored (``commit_store.store_screenshot``) with the event.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from typing import Any
 import trio
 from sqlalchemy import Connection
 
-from plugins.projects.engine.commit_store import Snapshot, SnapshotReader, store_snapshot
+from plugins.projects.engine.agent_loop import SCREENSHOT_PATH
+from plugins.projects.engine.commit_store import (
+    Snapshot,
+    SnapshotReader,
+    store_screenshot,
+    store_snapshot,
+)
 from plugins.projects.engine.ending import Ended, RunEnding, record_end, recorded_end
 from plugins.projects.engine.workspace import Workspace
 from plugins.projects.live import event_log
@@ -111,13 +118,15 @@ class RunPublisher:
             while True:
                 batch = list(self._queued)
                 snapshots = await self._snapshots_of(batch)
-                items = [(name, event_log.encode_data(data)) for name, data in batch]
+                pictures = await self._screenshots_of(batch)
+                items = [(name, event_log.encode_data(_published(data))) for name, data in batch]
                 try:
                     # A commit under way finishes even if the run is being cancelled, so
                     # that what was committed is also fanned out (no hole in the stream).
                     with trio.CancelScope(shield=True):
                         events, ended, replayed = await self._service.db.write(
-                            self._commit, items, snapshots, ending, self._unsure)
+                            self._commit, items, snapshots, pictures, ending,
+                            self._unsure)
                 except _AlreadyEnded:
                     del self._queued[:len(batch)]
                     log.warning("run %s had already ended; %d events dropped", self._run_id,
@@ -172,8 +181,28 @@ class RunPublisher:
         return [self._snapshots[str(data["sha"])] for name, data in batch
                 if name == "commit" and str(data["sha"]) in self._snapshots]
 
+    async def _screenshots_of(self, batch: list[tuple[str, dict[str, Any]]]
+                              ) -> list[tuple[str, bytes]]:
+        """The work-tree path and content of each screenshot in ``batch``; one that cannot
+        be read is logged and published all the same (served where its file is)."""
+        if self._reader is None:
+            return []
+        pictures = []
+        for name, data in batch:
+            path = data.get(SCREENSHOT_PATH)
+            if name == "screenshot" and isinstance(path, str):
+                try:
+                    content = await trio.Path(self._reader.workspace.resolve(path)).read_bytes()
+                except Exception:
+                    log.exception("run %s: screenshot %s could not be read; only its host "
+                                  "will serve it", self._run_id, path)
+                    continue
+                pictures.append((path, content))
+        return pictures
+
     def _commit(self, connection: Connection, items: list[tuple[str, str]],
-                snapshots: list[Snapshot], ending: RunEnding | None,
+                snapshots: list[Snapshot], pictures: list[tuple[str, bytes]],
+                ending: RunEnding | None,
                 unsure: tuple[int, bool] | None
                 ) -> tuple[list[StreamEvent], Ended | None, tuple[int, bool] | None]:
         """Store ``items`` with the ``snapshots`` of their commits (and the end); or, when
@@ -190,6 +219,9 @@ class RunPublisher:
         for snapshot in snapshots:
             assert self._project_id is not None  # a reader exists for project runs only
             store_snapshot(connection, self._project_id, self._run_id, snapshot)
+        for path, content in pictures:
+            assert self._project_id is not None
+            store_screenshot(connection, self._project_id, self._run_id, path, content)
         ended = None
         if ending is not None:
             ended = record_end(self._service, connection, self._run_id, ending)
@@ -218,3 +250,8 @@ class RunPublisher:
             self._notify(Milestone(self._project_id, "end", {
                 "finalStatus": ended.run.status, "reason": ended.run.reason,
                 "artifactUrl": ended.artifact_url}))
+
+
+def _published(data: dict[str, Any]) -> dict[str, Any]:
+    """An event's data as the stream publishes it: without a screenshot's work-tree path."""
+    return {key: value for key, value in data.items() if key != SCREENSHOT_PATH}

@@ -131,7 +131,8 @@ async def _take_screenshot(context: ToolContext, args: JsonObject) -> ToolResult
     return ToolResult(result={"path": picture_path, "url": url, "width": width,
                               "height": height, "scripts": picture.scripts,
                               "durationMs": picture.duration_ms},
-                      screenshot=ScreenshotInfo(url=url, caption=caption))
+                      screenshot=ScreenshotInfo(url=url, caption=caption,
+                                                 path=picture_path))
 
 
 @_reporting_failures

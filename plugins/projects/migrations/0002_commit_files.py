@@ -1,4 +1,5 @@
 """projects: the files of every commit a run made (contents in chunks, commits, file lists)
+and the screenshots runs took
 
 Revision ID: projects_0002
 Revises: projects_0001
@@ -52,9 +53,20 @@ def upgrade() -> None:
         sa.Column("blob", sa.String(64), sa.ForeignKey("project_blobs.sha256"),
                   nullable=False),
     )
+    op.create_table(
+        "project_screenshots",
+        sa.Column("project_id", sa.BigInteger(), sa.ForeignKey("projects.id"),
+                  primary_key=True),
+        sa.Column("path", sa.Text(), primary_key=True),
+        sa.Column("blob", sa.String(64), sa.ForeignKey("project_blobs.sha256"),
+                  nullable=False),
+        sa.Column("run_id", sa.String(40), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("project_screenshots")
     op.drop_table("project_commit_files")
     op.drop_table("project_commits")
     op.drop_table("project_blob_chunks")

@@ -1,8 +1,9 @@
 """A build's files from any host: two services ("host A" and "host B"), each with its own
 workspace root, share one database (SQLite and PostgreSQL) and nothing else.
 
-A run on A commits a page and then fails (its model answers an error). B, which never ran
-the project, serves that failed run's last commit (file and zip) from the database; then a
+A run on A commits a page, takes a screenshot of it (which no commit holds) and then fails
+(its model answers an error). B, which never ran the project, serves that failed run's last
+commit (file and zip) and its screenshot from the database; then a
 run on B starts from A's files (its workspace rebuilt, HEAD A's very commit) and commits,
 and A serves B's commit, and its preview (A's workspace rebuilt at B's commit).
 Contents are stored once, in chunks, and zipped with their modes.
@@ -53,7 +54,8 @@ async def test_a_build_made_on_one_host_is_served_and_continued_on_another(
         StreamedTurn("Writing the page", calls(
             ("write_file", {"path": "index.html", "content": PAGE}),
             ("write_file", {"path": "docs/notes.md", "content": "# Notes\n"}),
-            ("git_commit", {"message": "Add the home page"}))),
+            ("git_commit", {"message": "Add the home page"}),
+            ("take_screenshot", {"path": "index.html"}))),
         HttpFailure(401, "the model refuses"),  # the run on A fails after its commit
         StreamedTurn("Adding a page", calls(
             ("read_file", {"path": "index.html"}),
@@ -74,6 +76,20 @@ async def test_a_build_made_on_one_host_is_served_and_continued_on_another(
         [commit_a] = [event.json() for event in events if event.event == "commit"]
         sha_a = commit_a["sha"]
         assert not workspace_of(host_b, project["id"]).exists()
+
+        # B serves the screenshot, which only A's work tree holds (no commit does).
+        [shot] = [event.json() for event in events if event.event == "screenshot"]
+        assert set(shot) == {"url", "caption"}  # the spec's event: no work-tree path
+        picture_path = "screenshots/index-1.png"
+        assert shot["url"].endswith(f"/projects/{slug}/files/{picture_path}")
+        picture = (workspace_of(host_a, project["id"]) / picture_path).read_bytes()
+        served = await anonymous_b.get(f"/projects/{slug}/files/{picture_path}")
+        assert served.status_code == 200, served.text
+        assert served.content == picture and picture.startswith(b"\x89PNG")
+        assert served.headers["content-type"] == "image/png"
+        at_commit = await anonymous_b.get(f"/projects/{slug}/files/{picture_path}",
+                                          params={"ref": sha_a})
+        assert at_commit.status_code == 404  # the commit does not hold it
 
         # B serves the failed run's last commit: files and the zip, at HEAD and at its sha.
         for params in ({}, {"ref": sha_a}, {"ref": sha_a[:7]}):
