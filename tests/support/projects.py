@@ -36,6 +36,28 @@ BRIEF = ("Build a pizza ordering site for Luigi's. Customers pick toppings and p
          "Orders show up on a kitchen screen.")
 
 
+def host_env(tmp_path: Path, name: str, database_url: str, redis_url: str, model_url: str,
+             prefix: str, *, projects: dict[str, str] | None = None,
+             extra: dict[str, str] | None = None) -> dict[str, str]:
+    """One "host" of a multi-host test: its own var directory and workspace root under
+    ``tmp_path / name``, the shared database and Redis, the projects plugin on the fake model
+    at ``model_url`` and webhooks to loopback; ``projects`` and ``extra`` add settings."""
+    project_settings = {"BACKEND": "openai", "MODEL_BASE_URL": model_url, "MODEL": "fake-model",
+                        "MODEL_API_KEY": "sk-fake",
+                        "WORKSPACE_ROOT": str(tmp_path / name / "workspaces"), **(projects or {})}
+    webhooks = {"ALLOW_HTTP": "true", "ALLOWED_HOSTS": '["127.0.0.1"]',
+                "BACKOFF_BASE_SECONDS": "0.05", "TIMEOUT_SECONDS": "2", "POLL_SECONDS": "0.2"}
+    settings = {"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
+                "FLOWSVC_LIMITS_INTERNAL_RPM": "0", "FLOWSVC_SERVICE_LOG_LEVEL": "warning",
+                **{f"FLOWSVC_PLUGINS_PROJECTS_{key}": value
+                   for key, value in project_settings.items()},
+                **{f"FLOWSVC_PLUGINS_WEBHOOKS_{key}": value for key, value in webhooks.items()},
+                **(extra or {})}
+    return settings_env(tmp_path / name / "var", database_url=database_url,
+                        redis_url=redis_url, redis_prefix=prefix,
+                        plugins=["auth", "chain", "webhooks", "projects"], extra=settings)
+
+
 def projects_env(var_dir: Path, *, database_url: str, redis_url: str = "",
                  prefix: str | None = None, extra_env: dict[str, str] | None = None,
                  **settings: str) -> dict[str, str]:

@@ -23,8 +23,14 @@ import trio
 
 from tests.support.backends import POSTGRES_URL, REDIS_URL, postgres_schema, redis_prefix
 from tests.support.fake_openai import FakeOpenAI, Gated, StreamedTurn
-from tests.support.projects import assert_well_formed, eventually, new_project, service_process
-from tests.support.server import free_port, settings_env
+from tests.support.projects import (
+    assert_well_formed,
+    eventually,
+    host_env,
+    new_project,
+    service_process,
+)
+from tests.support.server import free_port
 from tests.support.sse import open_sse
 from tests.support.tokens import add_token
 from tests.support.wallet import sign_in
@@ -33,23 +39,6 @@ from tests.support.webhooks import subscribe
 
 DRAIN_SECONDS = 60  # far above what the run needs: A must exit once the run ends, not then
 WITHIN_SECONDS = 45.0  # wide: a loaded two-core machine
-
-
-def host_env(tmp_path: Path, name: str, database_url: str, model_url: str, prefix: str
-             ) -> dict[str, str]:
-    """One host: its own var directory and workspace root, the shared database and Redis."""
-    projects = {"BACKEND": "openai", "MODEL_BASE_URL": model_url, "MODEL": "fake-model",
-                "MODEL_API_KEY": "sk-fake", "WORKSPACE_ROOT": str(tmp_path / name / "workspaces")}
-    webhooks = {"ALLOW_HTTP": "true", "ALLOWED_HOSTS": '["127.0.0.1"]',
-                "BACKOFF_BASE_SECONDS": "0.05", "TIMEOUT_SECONDS": "2", "POLL_SECONDS": "0.2"}
-    extra = {"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
-             "FLOWSVC_LIMITS_INTERNAL_RPM": "0", "FLOWSVC_SERVICE_LOG_LEVEL": "info",
-             "FLOWSVC_SERVICE_DRAIN_SECONDS": str(DRAIN_SECONDS),
-             **{f"FLOWSVC_PLUGINS_PROJECTS_{key}": value for key, value in projects.items()},
-             **{f"FLOWSVC_PLUGINS_WEBHOOKS_{key}": value for key, value in webhooks.items()}}
-    return settings_env(tmp_path / name / "var", database_url=database_url,
-                        redis_url=REDIS_URL, redis_prefix=prefix,
-                        plugins=["auth", "chain", "webhooks", "projects"], extra=extra)
 
 
 @pytest.mark.timeout(240)
@@ -63,7 +52,9 @@ async def test_a_draining_process_hands_its_readers_over_and_finishes_its_run(
     model_url: str = await nursery.start(model.serve)
     prefix = redis_prefix()
     with postgres_schema() as database_url:
-        env_a, env_b = (host_env(tmp_path, name, database_url, model_url, prefix)
+        env_a, env_b = (host_env(tmp_path, name, database_url, REDIS_URL, model_url, prefix,
+                                   extra={"FLOWSVC_SERVICE_LOG_LEVEL": "info",
+                                    "FLOWSVC_SERVICE_DRAIN_SECONDS": str(DRAIN_SECONDS)})
                         for name in ("a", "b"))
         port_a, port_b = free_port(), free_port()
         url_a, url_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"

@@ -24,8 +24,8 @@ import trio
 
 from tests.support.backends import POSTGRES_URL, REDIS_URL, postgres_schema, redis_prefix
 from tests.support.fake_openai import FakeOpenAI, Gated, RecordedRequest, Reply, StreamedTurn
-from tests.support.projects import new_project, service_process
-from tests.support.server import free_port, settings_env
+from tests.support.projects import host_env, new_project, service_process
+from tests.support.server import free_port
 from tests.support.sse import open_sse
 from tests.support.tokens import add_token
 from tests.support.wallet import sign_in
@@ -69,23 +69,6 @@ def one_write_then_held(held: trio.Event) -> list[Reply]:
     return [write, Gated(held, StreamedTurn("never sent"))]
 
 
-def host_env(tmp_path: Path, name: str, database_url: str, model_url: str, prefix: str
-             ) -> dict[str, str]:
-    """One host: its own var directory and workspace root, the shared database and Redis."""
-    projects = {"BACKEND": "openai", "MODEL_BASE_URL": model_url, "MODEL": "fake-model",
-                "MODEL_API_KEY": "sk-fake", "LEASE_SECONDS": str(LEASE_SECONDS),
-                "WORKSPACE_ROOT": str(tmp_path / name / "workspaces")}
-    webhooks = {"ALLOW_HTTP": "true", "ALLOWED_HOSTS": '["127.0.0.1"]',
-                "BACKOFF_BASE_SECONDS": "0.05", "TIMEOUT_SECONDS": "2", "POLL_SECONDS": "0.2"}
-    extra = {"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0", "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0",
-             "FLOWSVC_LIMITS_INTERNAL_RPM": "0", "FLOWSVC_SERVICE_LOG_LEVEL": "warning",
-             **{f"FLOWSVC_PLUGINS_PROJECTS_{key}": value for key, value in projects.items()},
-             **{f"FLOWSVC_PLUGINS_WEBHOOKS_{key}": value for key, value in webhooks.items()}}
-    return settings_env(tmp_path / name / "var", database_url=database_url,
-                        redis_url=REDIS_URL, redis_prefix=prefix,
-                        plugins=["auth", "chain", "webhooks", "projects"], extra=extra)
-
-
 @pytest.mark.timeout(240)
 async def test_a_run_whose_host_dies_is_ended_by_another_host(
         tmp_path: Path, nursery: trio.Nursery) -> None:
@@ -94,7 +77,8 @@ async def test_a_run_whose_host_dies_is_ended_by_another_host(
     model_url: str = await nursery.start(model.serve)
     prefix = redis_prefix()
     with postgres_schema() as database_url:
-        env_a, env_b = (host_env(tmp_path, name, database_url, model_url, prefix)
+        env_a, env_b = (host_env(tmp_path, name, database_url, REDIS_URL, model_url, prefix,
+                                   projects={"LEASE_SECONDS": str(LEASE_SECONDS)})
                         for name in ("a", "b"))
         port_a, port_b = free_port(), free_port()
         url_b = f"http://127.0.0.1:{port_b}"
