@@ -5,10 +5,11 @@ talks to the database in batches, one transaction (one hop to a database thread)
 *pump* settles every answer gathered since the last batch (``settling.settle``) and, in the
 same transaction, claims due deliveries (``claims.claim_due``) into a local queue per target
 host. It claims ahead: up to ``CLAIM_AHEAD`` times the concurrency slots, overall and per host,
-so the slots are refilled from the queue as each request ends and the database sees one
-claim per half-queue of deliveries rather than one per freed slot. The pump runs when a
-wake-up arrives (an event committed in this process, a retry scheduled), when half a host's
-queue has been sent under a backlog, when ``SETTLE_BATCH`` answers are waiting, when the
+so the slots are refilled from the queue as each request ends and the database sees one claim
+per half-queue of deliveries rather than one per freed slot. The pump runs when a wake-up
+arrives (an event committed in this process, a retry scheduled), when half a host's queue has
+been sent under a backlog (a ``Wake`` claims at once even then, so a hung host's backlog does
+not delay the other hosts' new deliveries), when ``SETTLE_BATCH`` answers are waiting, when the
 oldest answer has waited ``SETTLE_TICK_SECONDS``, when the next delivery falls due, or every
 ``poll_seconds``, whichever comes first, so nothing depends on a wake-up. An *attempt* task per
 started delivery makes one HTTP attempt (``sender.send_attempt``), frees its slot when the
@@ -153,6 +154,10 @@ class _Dispatcher:
         self.next_due: datetime | None = None  # of the unclaimed, when the last claim looked
         self.sent = 0
         self.batch = max(1, min(self.host_max_held, self.max_held) // 2)
+        # A ``Wake`` came (new work committed) since the last claim: claimed at once even under
+        # a backlog, which may be one hung host's, so that host does not hold the others back
+        # (nor a delivery committed between a claim's statements, taken for a backlog).
+        self.new_work = False
         self.nursery: trio.Nursery | None = None
 
     @property
@@ -163,6 +168,7 @@ class _Dispatcher:
         async for envelope in mailbox:
             match envelope.message:
                 case Wake():
+                    self.new_work = True
                     self.wake.set()
                 case other:
                     raise TypeError(f"{DISPATCHER} does not understand {other!r}")
@@ -177,10 +183,12 @@ class _Dispatcher:
             if room <= 0:
                 self.backlog = True  # no room: sent deliveries wake the pump to claim again
             wanted = None
-            # Under a backlog, claims wait for a batch's worth of room (settles go on); a
-            # draining process claims nothing more: other processes send what is due.
+            # Under a backlog, claims wait for a batch's worth of room or new work (settles
+            # go on); a draining process claims nothing more: other processes send what is due.
             if room > 0 and not self.service.drain.draining and (
-                    not self.backlog or self.sent >= self.batch or not self.held):
+                    not self.backlog or self.sent >= self.batch or not self.held
+                    or self.new_work):
+                self.new_work = False
                 wanted = _ClaimRequest(
                     owner=self.owner, lease_seconds=settings.lease_seconds, room=room,
                     host_room={host: self.host_max_held - held

@@ -195,3 +195,27 @@ async def test_a_delivery_that_breaks_the_sender_fails_alone_and_the_dispatcher_
     assert delivered["state"] == "delivered"
     assert running.service.supervisor is not None
     assert not running.service.supervisor.gave_up.is_set()
+
+
+async def test_a_hung_hosts_backlog_does_not_hold_back_another_hosts_new_delivery(
+        tmp_path: Path, database_url: str) -> None:
+    """One attempt at a time per host, the hung host's queue full (4) and more of its pings
+    due: a ping to another host is claimed and sent at once, not after the hung attempt's
+    30 s deadline (the claimer waited for half a queue of sends under any backlog)."""
+    env = webhook_env(tmp_path / "var", database_url, per_host_concurrency=1,
+                      timeout_seconds=30, lease_seconds=40,
+                      allowed_hosts=["127.0.0.1", "localhost"])
+    hung = trio.Event()
+    async with running_receiver(lambda _request: Reply(204, hold=hung)) as slow, \
+            running_receiver() as quick, \
+            running_server(make_settings(env), env) as running, client(running) as http:
+        await signed_in(http)
+        slow_hook = await subscribe(http, slow.url())
+        for _ in range(6):  # 4 claimed (the queue of one host), 2 left due: a backlog
+            assert (await http.post(f"/me/webhooks/{slow_hook['id']}/test")).status_code == 202
+        await slow.wait_for(1)
+        quick_hook = await subscribe(http, f"http://localhost:{quick.port}/hook")
+        assert (await http.post(f"/me/webhooks/{quick_hook['id']}/test")).status_code == 202
+        await quick.wait_for(1, timeout=15)  # the hung attempt has 30 s left
+        assert len(slow.received) == 1  # still hung: the quick one did not wait for it
+        hung.set()
