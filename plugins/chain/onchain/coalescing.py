@@ -71,12 +71,11 @@ class CallCoalescer:
         try:
             with trio.move_on_at(deadline):
                 await queued.woken.wait()
-        finally:
-            if not queued.woken.is_set():  # cancelled, or the deadline passed
-                queued.gone = True
-                if queued in self.queue:  # else it is in a batch under way
-                    self.queue.remove(queued)
+        except BaseException:  # cancelled: its request went away
+            self._leave(queued)
+            raise
         if not queued.woken.is_set():
+            self._leave(queued)
             raise RpcUnavailable(f"chain {self.pool.chain}: no answer before the deadline "
                                  "(queued behind another exchange)")
         if queued.sends:
@@ -108,6 +107,17 @@ class CallCoalescer:
             self.queue[:0] = [queued for queued in batch if queued is not sender
                               and not queued.woken.is_set() and not queued.gone]
             self._hand_over()
+
+    def _leave(self, queued: _Queued) -> None:
+        """``queued``'s caller leaves before its answer. Woken to send (a cancellation can
+        come after the wake-up), it is still first in the queue: the next call sends."""
+        if queued.sends:
+            self.queue.remove(queued)
+            self._hand_over()
+        elif not queued.woken.is_set():
+            queued.gone = True
+            if queued in self.queue:  # else it is in a batch under way
+                self.queue.remove(queued)
 
     def _hand_over(self) -> None:
         """An exchange ended: wake the first queued call to send the queue, or free the

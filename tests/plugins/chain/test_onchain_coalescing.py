@@ -214,3 +214,34 @@ async def test_a_sender_that_leaves_does_not_strand_its_batch(world: World) -> N
         assert coalescer.busy is False and coalescer.queue == []
         # Call 2 went out twice: in the batch its sender left, then alone.
         assert proxy.methods["eth_call"] == 4
+
+
+async def test_the_exchange_and_its_next_sender_cancelled_at_once(world: World) -> None:
+    """The exchange under way and the first queued caller are cancelled at once (both
+    requests went away), in whichever order Trio runs them: the chain ends free and the
+    next call is answered."""
+    parts = world.deployment.dpnm
+    ecosystem = Ecosystem(parts.flow, parts.gwt, parts.tree, parts.protocol)
+    params = flow_position_batch(world.deployment.platform.multicall,
+                                 world.deployment.platform.usdt, ecosystem,
+                                 world.wallets[0].address)[0].params(None)
+    async with running_proxy(world.anvil.url) as proxy, httpx.AsyncClient() as http:
+        proxy.stall_seconds = 0.3
+        coalescer = CallCoalescer(RpcPool([proxy.url], http, chain=NAME, attempt_timeout=30))
+
+        async def call(scope: trio.CancelScope) -> None:
+            with scope:
+                await coalescer.call(params, deadline=trio.current_time() + 30)
+
+        for _ in range(10):
+            scopes = [trio.CancelScope(), trio.CancelScope()]
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call, scopes[0])  # alone: under way
+                await trio.sleep(0.05)
+                nursery.start_soon(call, scopes[1])  # queued
+                await trio.sleep(0.05)
+                scopes[1].cancel()
+                scopes[0].cancel()
+            assert coalescer.busy is False and coalescer.queue == []
+        answer = await coalescer.call(params, deadline=trio.current_time() + 30)
+        assert isinstance(answer, str) and answer.startswith("0x")
