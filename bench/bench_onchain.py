@@ -4,7 +4,8 @@ anvil, in one run.
 Four anvils (chain ids 31337 to 31340) get the reference stack (``tests/support/chain``) and
 ``--users`` wallets activated on every chain, so each chain has an entry in every answer.
 For each chain count a real ``flowsvc serve`` process (auth and chain plugins, SQLite, one
-worker) is started with that many chains; every wallet signs in over SIWE, and wrk loads
+worker) is started with that many chains and measured once its indexer has caught up with
+every chain's history; every wallet signs in over SIWE, and wrk loads
 ``GET /me/flow-onchain`` rotating through their session cookies (a user comes back only
 after the others, which keeps the short position cache from answering most requests: the
 eth_calls counted per request say how often it did). Interleaved with those runs, the
@@ -13,8 +14,9 @@ baseline: wrk POSTs to the first anvil the very ``eth_call`` one chain of the an
 
 Figures: the service's CPU microseconds per request (the headline: steady where throughput
 swings with the machine's load; anvil runs on the same two cores), p50/p99 against the bare
-call's, and, from the service's own metrics, RPC requests (all methods) and eth_calls per API
-request per chain; both must stay at or under one.
+call's, and, from the service's own metrics, RPC requests (all methods) and eth_call
+exchanges (plain ``eth_call``s and JSON-RPC batches of the ``eth_call``s of concurrent
+requests) per API request per chain; both must stay at or under one.
 
 Run it with ``python -m bench.bench_onchain`` (``--help`` lists the knobs). It prints the
 table with the load average at the start and the end, and writes
@@ -30,6 +32,7 @@ import os
 import re
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,8 @@ from tests.support.wallet import sign_in
 CHAIN_IDS = (31337, 31338, 31339, 31340)
 _RPC_METRIC = re.compile(
     r'^flowsvc_chain_rpc_requests_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$', re.M)
+_INDEXED_METRIC = re.compile(
+    r'^flowsvc_chain_indexed_block\{chain="(?P<chain>[^"]*)"\} (?P<value>[0-9.e+]+)$', re.M)
 
 
 async def _prepare_chain(anvil: Anvil, users: Sequence[LocalAccount]) -> Deployment:
@@ -127,15 +132,36 @@ def _eth_call_body(deployment: Deployment, user: LocalAccount) -> str:
 
 
 def _rpc_counts(base_url: str) -> tuple[float, float]:
-    """(every chain RPC request, eth_calls) the service has made, from its /metrics."""
+    """(every chain RPC request, eth_call exchanges) the service has made, from its
+    /metrics: an exchange is a plain ``eth_call`` or a JSON-RPC batch (of the ``eth_call``s
+    of concurrent requests, ``plugins.chain.onchain.coalescing``)."""
     text = httpx.get(base_url + "/metrics", timeout=30).text
     total = calls = 0.0
     for match in _RPC_METRIC.finditer(text):
         value = float(match["value"])
         total += value
-        if 'method="eth_call"' in match["labels"]:
+        if 'method="eth_call"' in match["labels"] or 'method="batch"' in match["labels"]:
             calls += value
     return total, calls
+
+
+def _wait_indexed(base_url: str, anvils: Sequence[Anvil], timeout_s: float = 600.0) -> None:
+    """Wait until the service's indexer has caught up with every chain's head: its catch-up
+    of the chain's history at start must not overlap the measured rounds."""
+    heads = {f"chain{anvil.chain_id}": int(httpx.post(anvil.url, json={
+        "jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []},
+        timeout=30).json()["result"], 16) for anvil in anvils}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = httpx.get(base_url + "/metrics", timeout=30).text
+        indexed = {match["chain"]: float(match["value"])
+                   for match in _INDEXED_METRIC.finditer(text)}
+        if all(indexed.get(chain, -1) >= head for chain, head in heads.items()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the indexer did not catch up in {timeout_s:.0f} s: "
+                               f"indexed {indexed}, heads {heads}")
+        time.sleep(0.2)
 
 
 def _median(runs: Sequence[WrkResult]) -> dict[str, float]:
@@ -150,6 +176,7 @@ def _measure(chains: int, anvils: Sequence[Anvil], deployments: Sequence[Deploym
              users: Sequence[LocalAccount], args: argparse.Namespace) -> dict[str, Any]:
     """Interleaved rounds of the bare eth_call and of the service with ``chains`` chains."""
     with flowsvc_server(_service_env(anvils[:chains], deployments[:chains])) as server:
+        _wait_indexed(server.base_url, anvils[:chains])
         tokens = trio.run(_sessions, server.base_url, users)
         candidate_script = _rotating_cookies(tokens)
         baseline_script = _eth_call_body(deployments[0], users[0])
@@ -192,18 +219,18 @@ def _measure(chains: int, anvils: Sequence[Anvil], deployments: Sequence[Deploym
 
 def _report(results: Sequence[dict[str, Any]]) -> str:
     lines = [f"{'':22}{'rps':>8}{'p50 ms':>9}{'p99 ms':>9}{'p50 x':>8}{'p99 x':>8}"
-             f"{'CPU us/req':>12}{'RPC/req/chain':>15}{'eth_call/req/chain':>20}"]
+             f"{'CPU us/req':>12}{'RPC/req/chain':>15}{'eth_call x/req/chain':>22}"]
     for result in results:
         base, cand = result["baseline"], result["candidate"]
         lines.append(f"{'bare eth_call (anvil)':22}{base['rps']:8.0f}{base['p50_ms']:9.2f}"
                      f"{base['p99_ms']:9.2f}{1:8.2f}{1:8.2f}"
-                     f"{result['node_cpu_us_per_eth_call']:12.0f}{'':15}{'':20}")
+                     f"{result['node_cpu_us_per_eth_call']:12.0f}{'':15}{'':22}")
         lines.append(f"{'flow-onchain, ' + str(result['chains']) + ' chain(s)':22}"
                      f"{cand['rps']:8.0f}{cand['p50_ms']:9.2f}{cand['p99_ms']:9.2f}"
                      f"{result['p50_ratio']:8.2f}{result['p99_ratio']:8.2f}"
                      f"{result['service_cpu_us_per_request']:12.0f}"
                      f"{result['rpc_requests_per_request_per_chain']:15.3f}"
-                     f"{result['eth_calls_per_request_per_chain']:20.3f}")
+                     f"{result['eth_calls_per_request_per_chain']:22.3f}")
         if cand["errors"] or cand["non_2xx"] or base["errors"] or base["non_2xx"]:
             lines.append("  !! errors or non-2xx answers: these figures measure failures")
     return "\n".join(lines)

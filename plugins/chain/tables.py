@@ -33,6 +33,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 metadata = MetaData()
@@ -71,6 +72,15 @@ blocks = Table(
     Column("time", BigInteger, nullable=False),
 )
 
+# The logs each secondary index of ``chain_logs`` holds: most logs (rewards, buys) are read
+# by no query but the reorg's, by block hash (the primary key). A query served by one of them
+# repeats its condition word for word (``.where(FINAL_LOGS)``): the databases use a partial
+# index only for a query whose conditions imply the index's.
+FINAL_EVENTS = ("Launched", "Sold")  # what runs once blocks are final, and the launches
+POSITION_EVENTS = ("UserPlaced", "Activated", "ActiveUntilSet")  # a user's tree and position
+FINAL_LOGS = text(f"event IN ({', '.join(repr(event) for event in FINAL_EVENTS)})")
+POSITION_LOGS = text(f"event IN ({', '.join(repr(event) for event in POSITION_EVENTS)})")
+
 logs = Table(
     "chain_logs", metadata,
     Column("chain_id", BigInteger, primary_key=True, autoincrement=False),
@@ -85,8 +95,11 @@ logs = Table(
     Column("account", String(42), nullable=True),
     Column("topics", Text, nullable=False),
     Column("data", Text, nullable=False),
-    Index("ix_chain_logs_block", "chain_id", "block_number"),
-    Index("ix_chain_logs_account", "chain_id", "instance", "account"),
+    # Partial: each index holds only the logs its reads look for (chain_0004).
+    Index("ix_chain_logs_final", "chain_id", "block_number",
+          sqlite_where=FINAL_LOGS, postgresql_where=FINAL_LOGS),
+    Index("ix_chain_logs_position", "chain_id", "instance", "account",
+          sqlite_where=POSITION_LOGS, postgresql_where=POSITION_LOGS),
 )
 
 token_counters = Table(

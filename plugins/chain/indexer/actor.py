@@ -46,7 +46,7 @@ from plugins.chain.indexer.final import FinalWork, run_final
 from plugins.chain.indexer.logs import Followed, RawLog, unique_in_order
 from plugins.chain.indexer.node import ChainNode
 from plugins.chain.indexer.store import BlockRef, Cursor, LeaseLost, Step, step_of
-from plugins.chain.logrange import Topics
+from plugins.chain.logrange import LogChunk, Topics
 from plugins.chain.rpc_errors import RpcDeterministicError, RpcError
 from plugins.chain.settings import ChainConfig
 from plugins.chain.state import CHAIN
@@ -273,30 +273,76 @@ class ChainIndexer:
             raise error
 
     async def ranges(self, first: int, last: int, committing: Committing) -> None:
-        async with self.node.walk(self.followed.addresses(), [], first, last) as chunks:
-            async for _start, end, raw in chunks:
+        """Index ``first..last`` range by range until a reorg or a new contract stops the
+        walk. The followed contracts' logs come in the same ``eth_getLogs`` as the FLOW
+        token's (one range scan in the node instead of two): its ``Transfer``s are what the
+        final work needs, its other logs are dropped. Each range is fetched while the one
+        before is indexed (``fetch_ahead``): the node scans the next range meanwhile."""
+        addresses = self.followed.addresses()
+        flow = self.flow_token
+        if flow is not None and flow not in self.followed.by_address:
+            addresses = sorted([*addresses, flow])
+        send, receive = trio.open_memory_channel[LogChunk | Exception](0)
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.fetch_ahead, send, addresses, first, last)
+            try:
+                async for chunk in receive:
+                    if isinstance(chunk, Exception):
+                        raise chunk
+                    if not await self.index_range(chunk, flow, committing):
+                        break
+            except Exception as raised:  # raised as itself, not in an exception group
+                error = raised
+            finally:
+                nursery.cancel_scope.cancel()  # the range fetched ahead, if any, is dropped
+        if error is not None:
+            raise error
 
-                async def more(addresses: list[str], since: int, end: int = end
-                               ) -> list[RawLog]:
-                    return await self.node.logs_in(addresses, [], since, end)
+    async def fetch_ahead(self, send: trio.MemorySendChannel[LogChunk | Exception],
+                          addresses: list[str], first: int, last: int) -> None:
+        """Send the logs of ``first..last`` chunk by chunk, then close ``send``; what fails
+        is sent as the last item. ``send`` holds nothing: one chunk is fetched ahead of the
+        one being indexed."""
+        async with send:
+            try:
+                async with self.node.walk(addresses, [], first, last) as chunks:
+                    async for chunk in chunks:
+                        await send.send(chunk)
+            except Exception as error:
+                await send.send(error)
 
-                logs, grew = await self.discover([RawLog.of(item) for item in raw], more,
-                                                 hex(end))
-                header = await self.canonical_header(end)
-                if header is None:
-                    await committing.wait()
-                    assert self.cursor.head is not None
-                    await self.reorg(self.cursor.head.number)
-                    return
-                work = await self.final_work(self.first_unfinal(), end)
-                step = step_of(self.chain.id, self.followed, logs, [header], header, end,
-                               partial(run_final, self.service, self.chain, work))
-                await committing.wait()
-                committing.start(step)
-                # The next range is checked against this one's block: the cursor it commits.
-                self.cursor = Cursor(header, end, {end: header})
-                if grew:
-                    return  # the next ranges follow the new contracts too
+    async def index_range(self, chunk: LogChunk, flow: str | None,
+                          committing: Committing) -> bool:
+        """Index one range fetched by ``fetch_ahead`` (``flow``: the FLOW token whose logs it
+        holds, if any); False when the walk must stop: a reorg was rolled back, or new
+        contracts are followed (the next ranges follow them too)."""
+        start, end, raw = chunk
+
+        async def more(addresses: list[str], since: int) -> list[RawLog]:
+            return await self.node.logs_in(addresses, [], since, end)
+
+        fetched = [RawLog.of(item) for item in raw]
+        followed = self.followed.by_address
+        logs, grew = await self.discover(
+            [raw_log for raw_log in fetched if raw_log.address in followed], more, hex(end))
+        header = await self.canonical_header(end)
+        if header is None:
+            await committing.wait()
+            assert self.cursor.head is not None
+            await self.reorg(self.cursor.head.number)
+            return False
+        flow_logs = None
+        if flow is not None and flow == self.flow_token:
+            flow_logs = (start, [raw_log for raw_log in fetched if raw_log.address == flow])
+        work = await self.final_work(self.first_unfinal(), end, flow_logs)
+        step = step_of(self.chain.id, self.followed, logs, [header], header, end,
+                       partial(run_final, self.service, self.chain, work))
+        await committing.wait()
+        committing.start(step)
+        # The next range is checked against this one's block: the cursor it commits.
+        self.cursor = Cursor(header, end, {end: header})
+        return not grew
 
     # ---- tip: block by block
 
@@ -419,10 +465,13 @@ class ChainIndexer:
 
     # ---- final blocks
 
-    async def final_work(self, first: int, last: int) -> FinalWork:
+    async def final_work(self, first: int, last: int,
+                         flow_logs: tuple[int, list[RawLog]] | None = None) -> FinalWork:
         """Read what final blocks ``first..last`` need besides the followed logs: the watched
         transfers (with their blocks' times) and the FLOW balances of alerted users whose
-        FLOW moved, at ``last``."""
+        FLOW moved, at ``last``. ``flow_logs``: (``since``, the FLOW token's logs of blocks
+        ``since..last``) when they came with the followed logs; the blocks before ``since``
+        are asked for here."""
         transfers: list[FinalTransfer] = []
         for token, recipients in sorted(self.watched.items()):
             topics: Topics = [TRANSFER_TOPIC, None,
@@ -433,8 +482,13 @@ class ChainIndexer:
                              for raw in found)
         balances: dict[str, int] = {}
         if self.flow_token is not None:
-            moved = {"0x" + topic[-40:] for raw in await self.node.logs_in(
-                [self.flow_token], [TRANSFER_TOPIC], first, last) for topic in raw.topics[1:3]}
+            since, found = flow_logs if flow_logs is not None else (last + 1, [])
+            if first < since:
+                found = [*await self.node.logs_in([self.flow_token], [TRANSFER_TOPIC], first,
+                                                  since - 1), *found]
+            moved = {"0x" + topic[-40:] for raw in found
+                     if raw.topics[:1] == (TRANSFER_TOPIC,) and raw.block_number >= first
+                     for topic in raw.topics[1:3]}
             alerted = await self.service.db.read(alerts.alerted_addresses,
                                                  sorted(moved - {ZERO_ADDRESS}))
             balances = await self.node.balances(self.flow_token, alerted, last)

@@ -26,7 +26,7 @@ from plugins.chain.contracts import DecodedEvent
 from plugins.chain.indexer import logs as raw_logs
 from plugins.chain.indexer.bulk import insert_rows
 from plugins.chain.indexer.logs import Followed, RawLog
-from plugins.chain.tables import earnings, logs, positions, token_counters
+from plugins.chain.tables import POSITION_LOGS, earnings, logs, positions, token_counters
 
 FEE_BPS = 2_000
 BPS = 10_000
@@ -160,8 +160,8 @@ def recompute_positions(connection: Connection, chain_id: int,
         activated = False
         active_until = 0
         for row in connection.execute(
-                select(logs).where(logs.c.chain_id == chain_id, logs.c.instance == instance,
-                                   logs.c.account == address,
+                select(logs).where(logs.c.chain_id == chain_id, POSITION_LOGS,
+                                   logs.c.instance == instance, logs.c.account == address,
                                    logs.c.event.in_(("Activated", "ActiveUntilSet")))
                 .order_by(logs.c.block_number, logs.c.log_index)):
             event = RawLog.from_row(row).event

@@ -53,7 +53,7 @@ class FinalWork:
 
 def run_final(service: Service, chain: ChainConfig, work: FinalWork,
               connection: Connection) -> None:
-    for raw in final_logs(connection, chain.id, work.first, work.last, ("Launched", "Sold")):
+    for raw in final_logs(connection, chain.id, work.first, work.last):
         event = raw.event
         if event is None:
             continue

@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from plugins.chain.indexer import derive
 from plugins.chain.indexer.bulk import insert_rows
 from plugins.chain.indexer.logs import LOG_COLUMNS, Followed, RawLog
-from plugins.chain.tables import blocks, cursors, logs, tokens, unreadable_tokens
+from plugins.chain.tables import FINAL_LOGS, blocks, cursors, logs, tokens, unreadable_tokens
 from runtime.errors import Unavailable
 from runtime.wire import utcnow
 
@@ -188,7 +188,7 @@ def roll_back(connection: Connection, chain_id: int, owner: str, lease_seconds: 
 def launched_instances(connection: Connection, chain_id: int, factory: str) -> list[RawLog]:
     """The factory's ``Launched`` logs indexed so far, oldest first."""
     return [RawLog.from_row(row) for row in connection.execute(
-        select(logs).where(logs.c.chain_id == chain_id, logs.c.address == factory,
+        select(logs).where(logs.c.chain_id == chain_id, FINAL_LOGS, logs.c.address == factory,
                            logs.c.event == "Launched")
         .order_by(logs.c.block_number, logs.c.log_index))]
 
@@ -217,12 +217,11 @@ def mark_unreadable(connection: Connection, chain_id: int, unreadable: Mapping[s
              "checked_at": now} for instance, reason in unreadable.items()])
 
 
-def final_logs(connection: Connection, chain_id: int, first: int, last: int,
-               events: Sequence[str]) -> list[RawLog]:
-    """The followed logs named ``events`` of blocks ``first..last`` (final: one branch
-    only), in order."""
+def final_logs(connection: Connection, chain_id: int, first: int, last: int) -> list[RawLog]:
+    """The followed ``Launched`` and ``Sold`` logs (``FINAL_EVENTS``) of blocks
+    ``first..last`` (final: one branch only), in order."""
     return [RawLog.from_row(row) for row in connection.execute(
-        select(logs).where(logs.c.chain_id == chain_id, logs.c.block_number >= first,
-                           logs.c.block_number <= last, logs.c.event.in_(events))
+        select(logs).where(logs.c.chain_id == chain_id, FINAL_LOGS,
+                           logs.c.block_number >= first, logs.c.block_number <= last)
         .order_by(logs.c.block_number, logs.c.log_index))]
 

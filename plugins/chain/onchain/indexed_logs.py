@@ -20,7 +20,7 @@ from sqlalchemy import Connection, select
 from plugins.chain.abi import AbiDecodeError, hex_bytes
 from plugins.chain.contracts import LAUNCHPAD_FACTORY
 from plugins.chain.indexed import LEVELS
-from plugins.chain.tables import logs
+from plugins.chain.tables import FINAL_LOGS, POSITION_LOGS, logs
 
 Children = dict[str, list[str]]
 
@@ -30,7 +30,7 @@ def tree_children(connection: Connection, chain_id: int, instance: str) -> Child
     ``UserPlaced`` logs: each parent's children (lowercase addresses)."""
     children: defaultdict[str, list[str]] = defaultdict(list)
     for (raw_topics,) in connection.execute(
-            select(logs.c.topics).where(logs.c.chain_id == chain_id,
+            select(logs.c.topics).where(logs.c.chain_id == chain_id, POSITION_LOGS,
                                         logs.c.instance == instance.lower(),
                                         logs.c.event == "UserPlaced")):
         topics = json.loads(raw_topics)
@@ -54,7 +54,7 @@ def bonding_of(connection: Connection, chain_id: int, factory: str, token: str) 
     launched = LAUNCHPAD_FACTORY.events["Launched"]
     for raw_topics, data in connection.execute(
             select(logs.c.topics, logs.c.data).where(
-                logs.c.chain_id == chain_id, logs.c.address == factory.lower(),
+                logs.c.chain_id == chain_id, FINAL_LOGS, logs.c.address == factory.lower(),
                 logs.c.event == "Launched", logs.c.topics.contains(token.lower()[2:]))):
         try:
             args = launched.decode_args([hex_bytes(topic) for topic in json.loads(raw_topics)],

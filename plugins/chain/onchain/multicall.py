@@ -1,12 +1,13 @@
 """Reads batched into Multicall3 ``aggregate3`` calls, each answer pinned to one block.
 
-A ``Batch`` collects typed views (``plugins.chain.views``) and sends them as ONE ``eth_call``
-to Multicall3. Every batch also asks Multicall3 itself for ``getBlockNumber()`` and
-``getCurrentBlockTimestamp()``: they run inside the same call, so the answer says exactly
-which block every read of it saw, and "now" for time-dependent figures (days left, the daily
-window) is that block's time, not the server's clock. A batch sent at ``latest`` (one RPC
-request, no ``eth_blockNumber`` first) learns its block this way; the follow-up batches of a
-tree walk are then sent pinned to that block number, so a whole answer sees one state.
+A ``Batch`` collects typed views (``plugins.chain.views``) to send as ONE ``eth_call`` to
+Multicall3 (``reads.ChainReads.latest``, or ``send_all`` pinned to a block). Every batch also
+asks Multicall3 itself for ``getBlockNumber()`` and ``getCurrentBlockTimestamp()``: they run
+inside the same call, so the answer says exactly which block every read of it saw, and "now"
+for time-dependent figures (days left, the daily window) is that block's time, not the
+server's clock. A batch sent at ``latest`` (one RPC request, no ``eth_blockNumber`` first)
+learns its block this way; the follow-up batches of a tree walk are then sent pinned to that
+block number, so a whole answer sees one state.
 """
 
 from __future__ import annotations
@@ -114,14 +115,6 @@ class Batch:
         if len(data[0]) != WORD or len(data[1]) != WORD:
             raise AbiDecodeError("Multicall3 did not answer its block number and time")
         return Answers(int.from_bytes(data[0], "big"), int.from_bytes(data[1], "big"), data)
-
-    async def send(self, pool: RpcPool, *, block: int | None, deadline: float) -> Answers:
-        """Send the batch as one ``eth_call`` at ``block`` (``latest`` when None).
-
-        :raises RpcError: from the pool (``RpcUnavailable``, ``ExecutionReverted``...).
-        :raises AbiDecodeError: the answer is not what the views return.
-        """
-        return self.answers(await pool.call("eth_call", self.params(block), deadline=deadline))
 
 
 def split_aggregate3(data: bytes) -> list[bytes]:

@@ -18,6 +18,7 @@ from typing import TypeVar
 import trio
 
 from plugins.chain.indexed import LEVELS
+from plugins.chain.onchain.coalescing import CallCoalescer
 from plugins.chain.onchain.figures import IndexedFigures
 from plugins.chain.onchain.multicall import MAX_CALLS_PER_AGGREGATE, Answers, Batch, send_all
 from plugins.chain.rpc import RpcPool
@@ -207,19 +208,32 @@ class ChainReads:
     batches: OrderedDict[tuple[int, str], tuple[Batch, Callable[[Answers], FlowPosition]]] = (
         field(default_factory=OrderedDict))
     heads: dict[int, int] = field(default_factory=dict)
+    coalescers: dict[int, CallCoalescer] = field(default_factory=dict)
     pairs: dict[tuple[int, str], str] = field(default_factory=dict)
     figures: IndexedFigures = field(default_factory=IndexedFigures)
+
+    async def latest(self, chain: Chain, batch: Batch) -> Answers:
+        """Send ``batch`` as one ``eth_call`` at ``latest``, coalesced with the concurrent
+        reads of ``chain`` (``coalescing``).
+
+        :raises RpcError: from the pool (``RpcUnavailable``, ``ExecutionReverted``...).
+        :raises AbiDecodeError: the answer is not what the views return.
+        """
+        coalescer = self.coalescers.get(chain.id)
+        if coalescer is None:
+            coalescer = self.coalescers[chain.id] = CallCoalescer(chain.pool)
+        return batch.answers(await coalescer.call(batch.params(None), deadline=chain.deadline))
 
     async def ecosystem(self, chain: Chain, instance: str) -> Ecosystem:
         """The parts of dpnm ``instance`` (read once, then kept: they are immutable).
 
-        :raises RpcError, AbiDecodeError: as ``Batch.send``.
+        :raises RpcError, AbiDecodeError: as ``latest``.
         """
         key = (chain.id, instance.lower())
         if key not in self.ecosystems:
             batch = Batch(chain.multicall)
             parts = batch.add(ECOSYSTEM, instance)
-            answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
+            answers = await self.latest(chain, batch)
             self.ecosystems[key] = parts.of(answers)
         return self.ecosystems[key]
 
@@ -227,7 +241,7 @@ class ChainReads:
         """``address``'s FLOW position on ``chain`` (its ``flow_instance``): one ``eth_call``
         (none on a cache hit).
 
-        :raises RpcError, AbiDecodeError: as ``Batch.send``.
+        :raises RpcError, AbiDecodeError: as ``latest``.
         """
         key = (chain.id, address.lower())
         cached = self.positions.get(key)
@@ -241,8 +255,7 @@ class ChainReads:
             prepared = flow_position_batch(chain.multicall, chain.usdt, parts, address)
             _keep(self.batches, key, prepared)
         batch, position_of = prepared
-        position = position_of(await batch.send(chain.pool, block=None,
-                                                deadline=chain.deadline))
+        position = position_of(await self.latest(chain, batch))
         self._remember(chain, key, position)
         return position
 
@@ -269,7 +282,7 @@ class ChainReads:
         parent = batch.add(GET_PARENT, parts.tree, address)
         size = batch.add(GET_SUBTREE_SIZE, parts.tree, address)
         slots = [batch.add(GET_CHILD, parts.tree, address, slot) for slot in range(SLOTS)]
-        first = await batch.send(chain.pool, block=None, deadline=chain.deadline)
+        first = await self.latest(chain, batch)
         subtree_size = size.of(first)
         occupants = [_address_or_none(slot.of(first)) for slot in slots]
         frontier = [child for child in occupants if child is not None]
@@ -322,14 +335,14 @@ class ChainReads:
     async def dpnm_state(self, chain: Chain, instance: str) -> DpnmState:
         """A dpnm instance's price, pool and FLOW supply: one ``eth_call``.
 
-        :raises RpcError, AbiDecodeError: as ``Batch.send``.
+        :raises RpcError, AbiDecodeError: as ``latest``.
         """
         parts = await self.ecosystem(chain, instance)
         batch = Batch(chain.multicall)
         price = batch.add(PRICE_FLOW, parts.protocol)
         pool = batch.add(POOL_USDT, parts.protocol)
         supply = batch.add(TOTAL_SUPPLY, parts.flow)
-        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
+        answers = await self.latest(chain, batch)
         return DpnmState(block=answers.block, protocol=parts.protocol.lower(),
                          price=price.of(answers), pool_usdt=pool.of(answers),
                          total_supply=supply.of(answers))
@@ -338,20 +351,20 @@ class ChainReads:
         """A bonding-curve token's record, its pair's reserves and its supply: one
         ``eth_call`` (two the first time: the pair's address is read once, then kept).
 
-        :raises RpcError, AbiDecodeError: as ``Batch.send``.
+        :raises RpcError, AbiDecodeError: as ``latest``.
         """
         key = (chain.id, token.lower())
         if key not in self.pairs:
             batch = Batch(chain.multicall)
             first = batch.add(TOKEN_INFO, bonding, token)
-            answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
+            answers = await self.latest(chain, batch)
             self.pairs[key] = first.of(answers).pair
         batch = Batch(chain.multicall)
         info = batch.add(TOKEN_INFO, bonding, token)
         reserves = batch.add(GET_RESERVES, self.pairs[key])
         supply = batch.add(TOTAL_SUPPLY, token)
         threshold = batch.add(GRAD_THRESHOLD, bonding)
-        answers = await batch.send(chain.pool, block=None, deadline=chain.deadline)
+        answers = await self.latest(chain, batch)
         return BondingState(block=answers.block, info=info.of(answers),
                             reserves=reserves.of(answers), total_supply=supply.of(answers),
                             grad_threshold=threshold.of(answers))
