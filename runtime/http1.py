@@ -303,14 +303,19 @@ async def _body_in_memory(request: httpx.Request) -> bytes | None:
 
 async def _send_request(connection: _Connection, request: httpx.Request, body: bytes | None,
                         timeout: float | None) -> None:
-    protocol = connection.protocol
     try:
-        head = protocol.send(h11.Request(method=request.method, target=request.url.raw_path,
-                                         headers=request.headers.raw)) or b""
-    except h11.LocalProtocolError as exc:
+        await _send_events(connection, request, body, timeout)
+    except h11.LocalProtocolError as exc:  # a bad header, or a body unlike its length
         raise httpx.LocalProtocolError(str(exc)) from exc
+
+
+async def _send_events(connection: _Connection, request: httpx.Request, body: bytes | None,
+                       timeout: float | None) -> None:
+    protocol = connection.protocol
+    head = protocol.send(h11.Request(method=request.method, target=request.url.raw_path,
+                                     headers=request.headers.raw)) or b""
     if body is not None:
-        data = protocol.send(h11.Data(data=body)) or b"" if body else b""
+        data = (protocol.send(h11.Data(data=body)) or b"") if body else b""
         end = protocol.send(h11.EndOfMessage()) or b""
         await _write(connection, head + data + end, timeout, stale_if_broken=True)
         return

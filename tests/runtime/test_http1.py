@@ -277,6 +277,7 @@ async def test_a_chunked_body_is_read_whole_and_the_connection_kept() -> None:
 
 async def test_an_idle_connection_past_its_expiry_is_not_reused(
         mock_clock: trio.testing.MockClock) -> None:
+    mock_clock.autojump_threshold = 1.0  # a stall fails the test's waits rather than hang
     async with serving(keep_alive) as server, client(keepalive_expiry=30.0) as http:
         await http.get(server.url())
         mock_clock.jump(29)
@@ -285,6 +286,18 @@ async def test_an_idle_connection_past_its_expiry_is_not_reused(
         await http.get(server.url())
         await server.wait_until(lambda: 1 in server.ended)  # closed, not only left aside
     assert [request.connection for request in server.requests] == [1, 1, 2]
+
+
+async def test_expired_connections_of_a_host_no_longer_asked_are_closed_too(
+        mock_clock: trio.testing.MockClock) -> None:
+    mock_clock.autojump_threshold = 1.0
+    async with serving(keep_alive) as left, serving(keep_alive) as asked, \
+            client(keepalive_expiry=30.0) as http:
+        await http.get(left.url())
+        await http.get(asked.url())
+        mock_clock.jump(31)
+        await http.get(asked.url())  # its own connection expired, and the other host's
+        await left.wait_until(lambda: 1 in left.ended)
 
 
 async def test_max_connections_bounds_the_requests_under_way() -> None:
@@ -366,3 +379,22 @@ async def test_the_pinned_transport_connects_only_to_the_pinned_addresses() -> N
                 await http.get(server.url(host="other.example.test"))
     assert answer.content == b"ok" and server.accepts == 1
     assert b"host: pinned.example.test" in server.requests[0].head.lower()
+
+
+async def test_a_request_waiting_for_a_connection_past_the_pool_timeout_gives_up() -> None:
+    release = trio.Event()
+
+    async def held(request: Request, stream: trio.abc.Stream) -> bool:
+        await release.wait()
+        await stream.send_all(reply())
+        return True
+
+    async with serving(held) as server, client(max_connections=1) as http:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(http.get, server.url())
+            await server.wait_until(lambda: len(server.requests) == 1)
+            with pytest.raises(httpx.PoolTimeout):
+                await http.get(server.url(), timeout=httpx.Timeout(10, pool=0.2))
+            release.set()
+        after = await http.get(server.url())  # the slot came back with the first response
+    assert after.content == b"ok" and len(server.requests) == 2
