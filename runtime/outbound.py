@@ -2,12 +2,12 @@
 
 The guard resolves the host before every request, and the HTTP client must connect to one of
 the addresses it vetted, never resolve the name again (a second lookup could answer
-differently: DNS rebinding). httpx has no hook for that, so the client runs on an httpcore
-connection pool whose network backend only connects to the addresses pinned for the current
-request (a context variable set around the request; httpcore connects in the caller's task).
-The URL keeps its host name, so TLS checks the certificate against it, ``Host`` is right, and
-kept-alive connections are pooled per host name. The client never follows redirects itself:
-:func:`fetch_text` follows a few, vetting each new target like the first.
+differently: DNS rebinding). So the client's transport (``runtime.http1``) opens its
+connections only to the addresses pinned for the current request (a context variable set
+around the request; the transport connects in the caller's task). The URL keeps its host
+name, so TLS checks the certificate against it, ``Host`` is right, and kept-alive connections
+are pooled per host name. The client never follows redirects itself: :func:`fetch`
+follows a few, vetting each new target like the first.
 
 Webhook deliveries (``plugins.webhooks``) and the ``fetch_url`` agent tool (``plugins.projects``)
 both go out through here.
@@ -15,16 +15,15 @@ both go out through here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
-import httpcore
 import httpx
 import trio
 
+from runtime.http1 import Http1Transport
 from runtime.netguard import IPAddress, UrlPolicy, normalize_host, resolve_and_check
 
 
@@ -47,90 +46,34 @@ def pinned(host: str, addresses: Sequence[IPAddress]) -> Iterator[None]:
         _PIN.reset(token)
 
 
-class PinnedBackend(httpcore.AsyncNetworkBackend):
-    """Trio TCP connections to the pinned addresses of the current request, and nowhere else."""
+async def connect_pinned(host: str, port: int) -> trio.SocketStream:
+    """Connect to the first pinned address of ``host`` that answers, and nowhere else.
 
-    def __init__(self) -> None:
-        self._trio = httpcore.TrioBackend()
-
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None
-                          ) -> httpcore.AsyncNetworkStream:
-        """Connect to the first pinned address of ``host`` that answers.
-
-        :raises httpcore.ConnectError: ``host`` was not vetted for this attempt, or no
-            pinned address accepts the connection.
-        """
-        pin = _PIN.get()
-        if pin is None or normalize_host(host) != pin.host:
-            raise httpcore.ConnectError(f"host {host!r} was not vetted for this request")
-        failure: httpcore.ConnectError | None = None
-        for address in pin.addresses:
-            try:
-                return await self._trio.connect_tcp(address, port, timeout=timeout,
-                                                    local_address=local_address,
-                                                    socket_options=socket_options)
-            except httpcore.ConnectError as exc:
-                failure = exc
-        raise failure or httpcore.ConnectError(f"host {host!r} has no vetted address")
-
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None
-                                  ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("outbound requests never use unix sockets")
-
-    async def sleep(self, seconds: float) -> None:
-        await trio.sleep(seconds)
+    :raises httpx.ConnectError: ``host`` was not vetted for this request.
+    :raises OSError: no pinned address accepts the connection.
+    """
+    pin = _PIN.get()
+    if pin is None or normalize_host(host) != pin.host:
+        raise httpx.ConnectError(f"host {host!r} was not vetted for this request")
+    failure: OSError | None = None
+    for address in pin.addresses:
+        try:
+            return await trio.open_tcp_stream(address, port)  # a literal: no DNS lookup
+        except OSError as exc:
+            failure = exc
+    raise failure or httpx.ConnectError(f"host {host!r} has no vetted address")
 
 
-class _ResponseStream(httpx.AsyncByteStream):
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
+class PinnedTransport(Http1Transport):
+    """The HTTP/1.1 pool of ``runtime.http1`` connecting through :func:`connect_pinned`.
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-class PinnedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport over a connection pool that uses ``PinnedBackend``.
-
-    :param max_connections: open connections at most (in use or kept alive).
+    :param max_connections: requests under way at once (as many more connections may wait
+        idle).
     """
 
     def __init__(self, *, max_connections: int, keepalive_expiry: float = 30.0) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(), max_connections=max_connections,
-            max_keepalive_connections=max_connections, keepalive_expiry=keepalive_expiry,
-            network_backend=PinnedBackend())
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Send ``request``; httpcore's errors come out as the matching httpx ones."""
-        assert isinstance(request.stream, httpx.AsyncByteStream)
-        core_request = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host,
-                             port=request.url.port, target=request.url.raw_path),
-            headers=request.headers.raw, content=request.stream, extensions=request.extensions)
-        try:
-            response = await self._pool.handle_async_request(core_request)
-        except httpcore.TimeoutException as exc:
-            raise httpx.TimeoutException(str(exc), request=request) from exc
-        except httpcore.ConnectError as exc:
-            raise httpx.ConnectError(str(exc), request=request) from exc
-        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol,
-                httpcore.ConnectionNotAvailable) as exc:
-            raise httpx.TransportError(f"{type(exc).__name__}: {exc}") from exc
-        return httpx.Response(status_code=response.status, headers=response.headers,
-                              stream=_ResponseStream(response.stream),
-                              extensions=response.extensions)
-
-    async def aclose(self) -> None:
-        await self._pool.aclose()
+        super().__init__(max_connections=max_connections, keepalive_expiry=keepalive_expiry,
+                         connect=connect_pinned)
 
 
 def open_client(*, max_connections: int, timeout: float, user_agent: str) -> httpx.AsyncClient:
@@ -178,7 +121,7 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes,
             body.extend(chunk[: max_bytes + 1 - len(body)])
             if len(body) > max_bytes:
                 # Stop by cancelling the read under way: leaving the loop would drop
-                # httpcore's body generators half-way, for the GC to finalize (with a warning).
+                # httpx's body generator half-way, for the GC to finalize (with a warning).
                 reading.cancel()
     return bytes(body[:max_bytes]), len(body) > max_bytes
 

@@ -31,12 +31,22 @@ from plugins.chain.rpc_errors import (
     classify_error,
 )
 from plugins.chain.rpc_metrics import RpcObserver
+from runtime.http1 import Http1Transport
 
 T = TypeVar("T")
 
 log = logging.getLogger("flowsvc.chain.rpc")
+# Requests under way at once to one chain's URLs (as many connections more may wait idle).
+MAX_CONNECTIONS = 64
 # HTTP statuses of a URL refusing a method (forbidden on this plan, not allowed at all).
 _REFUSED = frozenset({403, 405})
+
+
+def open_client() -> httpx.AsyncClient:
+    """A client for one chain's RPC URLs, on a connection pool of its own: ``runtime.http1``,
+    whose cost per request does not grow with the pool (httpx's own pool polls every pooled
+    connection on each request) and which sends a request in one write."""
+    return httpx.AsyncClient(transport=Http1Transport(max_connections=MAX_CONNECTIONS))
 
 
 @dataclass(frozen=True)

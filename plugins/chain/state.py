@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import trio
 
+from plugins.chain.endpoint import open_client
 from plugins.chain.indexer.metrics import IndexerMetrics
 from plugins.chain.indexer.status import IndexerStatus
 from plugins.chain.rpc import RpcPool
@@ -54,12 +55,9 @@ class ChainState:
         pools = {}
         clients = []
         for chain in settings.chains:
-            # One client (connection pool) per chain: httpx checks every pooled connection
-            # on each request, so a shared pool made each chain's requests cost more the more
-            # chains there were. As many idle connections as may be open: a closed one costs
-            # the next request a new TCP connection (several requests at once are usual).
-            client = httpx.AsyncClient(limits=httpx.Limits(max_connections=64,
-                                                           max_keepalive_connections=64))
+            # One client (connection pool) per chain: a chain's requests then never wait
+            # for another chain's connections.
+            client = open_client()
             clients.append(client)
             pool = RpcPool(chain.rpc_urls, client, chain=chain.name,
                            attempt_timeout=chain.rpc_timeout_seconds,

@@ -10,6 +10,7 @@ import httpx
 import pytest
 import trio
 
+from plugins.chain.endpoint import open_client
 from tests.support.chain.anvil import DEFAULT_CHAIN_ID, Anvil, running_anvil
 from tests.support.chain.contracts import Chain, open_chain
 from tests.support.chain.deploy import Deployment, Dpnm, deploy_stack, launch_dpnm
@@ -48,6 +49,6 @@ async def dpnm(chain: Chain, deployment: Deployment) -> Dpnm:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    """The httpx client a test's RPC pools send through."""
-    async with httpx.AsyncClient() as client:
+    """The httpx client a test's RPC pools send through: the service's own kind."""
+    async with open_client() as client:
         yield client
