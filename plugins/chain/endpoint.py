@@ -12,7 +12,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -226,10 +226,8 @@ class RpcEndpoint:
             ``method``.
         """
         with trio.move_on_at(deadline):
-            request = self._client.build_request("POST", self.url, json=payload)
-            request.stream = OneChunk(request.content)
             try:
-                response = await self._client.send(request)
+                response = await self._client.post(self.url, json=payload)
             except httpx.HTTPError as error:
                 # httpx messages may quote the URL, and with it a key: name the label instead.
                 text = str(error).replace(self.url, self.label)
@@ -262,32 +260,6 @@ class RpcEndpoint:
         if isinstance(classified, LogRangeTooLarge):
             classified.url = self.label
         return classified
-
-
-class OneChunk(httpx.AsyncByteStream):
-    """A request body sent as one chunk by a plain iterator. httpx's own body stream is an
-    async generator: a request cancelled while sending leaves it unfinished, and Trio warns
-    (ResourceWarning) when it is collected. Deadlines make such cancellations ordinary here."""
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return _Once(self._body)
-
-
-class _Once:
-    def __init__(self, chunk: bytes) -> None:
-        self._chunk: bytes | None = chunk
-
-    def __aiter__(self) -> _Once:
-        return self
-
-    async def __anext__(self) -> bytes:
-        chunk, self._chunk = self._chunk, None
-        if chunk is None:
-            raise StopAsyncIteration
-        return chunk
 
 
 def _request(request_id: int, method: str, params: Sequence[Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import h11
 import httpx
 import trio
 
-from plugins.chain.endpoint import OneChunk
+from plugins.chain.endpoint import open_client
 
 JsonObject = dict[str, Any]
 
@@ -175,12 +175,7 @@ class RpcProxy:
         return int(reply["result"], 16)
 
     async def _forward(self, item: JsonObject) -> JsonObject:
-        # The body as one plain chunk, as the service sends its own (see OneChunk): a forward
-        # cancelled mid-send (a caller gone, a proxy set down) leaves no async generator to
-        # warn when it is collected, in whichever later test that happens.
-        request = self._client.build_request("POST", self.upstream, json=item)
-        request.stream = OneChunk(request.content)
-        response = await self._client.send(request)
+        response = await self._client.post(self.upstream, json=item)
         response.raise_for_status()
         answer: JsonObject = response.json()
         return answer
@@ -212,7 +207,11 @@ async def _read_body(connection: h11.Connection, stream: trio.SocketStream) -> b
 @asynccontextmanager
 async def running_proxy(upstream: str) -> AsyncIterator[RpcProxy]:
     """A proxy to ``upstream`` on 127.0.0.1 (a free port), serving until the block ends."""
-    async with httpx.AsyncClient(timeout=30) as client, trio.open_nursery() as nursery:
+    # The service's own node client: it writes a body in memory in one piece, so a
+    # forward cancelled mid-send (a caller gone, a proxy set down) leaves no async
+    # generator to warn when it is collected, in whichever later test that happens.
+    async with open_client() as client, trio.open_nursery() as nursery:
+        client.timeout = httpx.Timeout(30)
         proxy = RpcProxy(upstream, client, nursery)
         await proxy.set_down(False)
         try:
