@@ -15,10 +15,12 @@ both go out through here.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import httpcore
@@ -96,6 +98,13 @@ class _ResponseStream(httpx.AsyncByteStream):
         await self._stream.aclose()
 
 
+@cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS context of every outbound client of the process: making one parses the
+    system's CA file (20-50 ms of CPU), which a ``fetch_url`` call paid each time."""
+    return httpx.create_ssl_context()
+
+
 class PinnedTransport(httpx.AsyncBaseTransport):
     """An httpx transport over a connection pool that uses ``PinnedBackend``.
 
@@ -104,7 +113,7 @@ class PinnedTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, *, max_connections: int, keepalive_expiry: float = 30.0) -> None:
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(), max_connections=max_connections,
+            ssl_context=_tls_context(), max_connections=max_connections,
             max_keepalive_connections=max_connections, keepalive_expiry=keepalive_expiry,
             network_backend=PinnedBackend())
 

@@ -45,7 +45,7 @@ from tests.support.fake_provider import running_fake
 from tests.support.haproxy import haproxy
 from tests.support.private_servers import PrivateRedisCluster, private_redis_cluster
 from tests.support.processes import READY_TIMEOUT_SECONDS, run_flowsvc
-from tests.support.server import ROOT, free_port, settings_env
+from tests.support.server import ROOT, free_port, settings_env, tls_context
 
 HOST_ADDRESSES = ("127.0.0.2", "127.0.0.3")
 WORKERS_PER_HOST = 2
@@ -174,7 +174,8 @@ class Host:
 
 def readiness(url: str) -> dict[str, Any]:
     """``GET /readyz`` on a new connection (so that any worker of a host may answer)."""
-    answer = httpx.get(f"{url}/readyz", timeout=10, headers={"connection": "close"})
+    answer = httpx.get(f"{url}/readyz", timeout=10, headers={"connection": "close"},
+                       verify=tls_context())
     assert answer.status_code == 200, answer.text
     body: dict[str, Any] = answer.json()
     return body
@@ -226,7 +227,8 @@ class Topology:
         while time.monotonic() < deadline:
             served = set()
             for _ in range(4):
-                answer = httpx.get(f"{self.url}/healthz", timeout=10)
+                answer = httpx.get(f"{self.url}/healthz", timeout=10,
+                                   verify=tls_context())
                 served.add(answer.headers.get("x-served-by"))
             if served == {"flowsvc-1", "flowsvc-2"}:
                 return

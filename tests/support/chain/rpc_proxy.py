@@ -39,6 +39,7 @@ import httpx
 import trio
 
 from plugins.chain.endpoint import OneChunk
+from tests.support.server import tls_context
 
 JsonObject = dict[str, Any]
 
@@ -212,7 +213,8 @@ async def _read_body(connection: h11.Connection, stream: trio.SocketStream) -> b
 @asynccontextmanager
 async def running_proxy(upstream: str) -> AsyncIterator[RpcProxy]:
     """A proxy to ``upstream`` on 127.0.0.1 (a free port), serving until the block ends."""
-    async with httpx.AsyncClient(timeout=30) as client, trio.open_nursery() as nursery:
+    async with httpx.AsyncClient(timeout=30, verify=tls_context()) as client, \
+            trio.open_nursery() as nursery:
         proxy = RpcProxy(upstream, client, nursery)
         await proxy.set_down(False)
         try:
