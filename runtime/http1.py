@@ -20,6 +20,7 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from functools import cache
 from typing import Any
 
 import h11
@@ -81,6 +82,14 @@ def _within(seconds: float | None) -> Iterator[None]:
         yield
 
 
+@cache
+def default_tls_context() -> ssl.SSLContext:
+    """httpx's TLS context (verifying against certifi's CAs), made once per process: making
+    one parses the CA file (20-50 ms of CPU), which every client, and so every ``fetch_url``
+    call, paid before."""
+    return httpx.create_ssl_context()
+
+
 class Http1Transport(httpx.AsyncBaseTransport):
     """HTTP/1.1 over connections kept alive per origin.
 
@@ -89,14 +98,14 @@ class Http1Transport(httpx.AsyncBaseTransport):
         returned beyond that is closed.
     :param keepalive_expiry: seconds an idle connection is kept.
     :param connect: opens TCP connections (default: DNS, then the first address that answers).
-    :param ssl_context: for https (default: httpx's, which verifies against certifi's CAs).
+    :param ssl_context: for https (default: :func:`default_tls_context`).
     """
 
     def __init__(self, *, max_connections: int, keepalive_expiry: float = 30.0,
                  connect: Connect = open_tcp, ssl_context: ssl.SSLContext | None = None
                  ) -> None:
         self._connect = connect
-        self._ssl_context = ssl_context or httpx.create_ssl_context()
+        self._ssl_context = ssl_context or default_tls_context()
         self._keepalive_expiry = keepalive_expiry
         self._max_idle = max_connections
         self._slots = trio.Semaphore(max_connections)

@@ -18,6 +18,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
+from tests.support.server import tls_context
+
 
 @asynccontextmanager
 async def serve_fake(app: QuartTrio) -> AsyncIterator[str]:
@@ -55,6 +57,6 @@ async def running_fake(fake: F) -> AsyncIterator[F]:
 
 async def deliver(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
     """POST a callback to the service, as the provider would."""
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, verify=tls_context()) as http:
         return await http.post(url, content=body,
                                headers={"content-type": "application/json", **headers})

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.server import ROOT
+from tests.support.server import ROOT, tls_context
 
 HAPROXY = shutil.which("haproxy")
 SHIPPED_CONFIG = ROOT / "docs" / "haproxy" / "flowsvc.cfg"
@@ -55,7 +55,8 @@ def _wait_serving_through(process: subprocess.Popen[bytes], port: int, backends:
     while time.monotonic() < deadline:
         assert process.poll() is None, f"haproxy exited with {process.returncode}"
         try:
-            answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+            answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2,
+                               verify=tls_context())
             if answer.status_code == 200:
                 seen.add(answer.headers["x-served-by"])
                 if len(seen) == backends:

@@ -20,7 +20,7 @@ from typing import IO
 
 import httpx
 
-from tests.support.server import ROOT
+from tests.support.server import ROOT, tls_context
 
 # The output file of each served process, by pid, until ``stop`` reads it.
 _LOGS: dict[int, IO[bytes]] = {}
@@ -125,7 +125,8 @@ def _wait_ready(process: subprocess.Popen[bytes], port: int,
             output = _output(process)
             raise RuntimeError(f"server exited with {process.returncode}:\n{output[-3000:]}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1,
+                         verify=tls_context()).status_code == 200:
                 return
         except httpx.HTTPError:
             time.sleep(0.1)

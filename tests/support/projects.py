@@ -27,6 +27,7 @@ from tests.support.server import (
     make_settings,
     running_server,
     settings_env,
+    tls_context,
 )
 from tests.support.sse import SseEvent
 from tests.support.tokens import add_token
@@ -178,7 +179,8 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0
 
 async def _answers(port: int, process: trio.Process) -> bool:
     """Wait (30 s at most) until ``/healthz`` answers; False if it never does or it exits."""
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=1) as probe:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=1,
+                                 verify=tls_context()) as probe:
         for _ in range(300):
             if process.returncode is not None:
                 return False

@@ -10,7 +10,13 @@ import httpx
 
 from runtime.server import Running
 from tests.support.backends import redis_prefix
-from tests.support.server import INTERNAL, make_settings, running_server, settings_env
+from tests.support.server import (
+    INTERNAL,
+    make_settings,
+    running_server,
+    settings_env,
+    tls_context,
+)
 
 
 def chain_env(var_dir: Path, database_url: str) -> dict[str, str]:
@@ -35,7 +41,7 @@ async def add_token(base_url: str, slug: str, owner: str, *,
                     instance: str | None = None) -> httpx.Response:
     """Register a token through the internal endpoint of the service at ``base_url`` (with
     a client of its own: a session cookie would take precedence over the internal token)."""
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as internal:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30, verify=tls_context()) as internal:
         return await internal.put(f"/internal/tokens/{slug}", headers=INTERNAL, json={
             "ownerAddress": owner, "template": "dpnm", "chainId": 56,
             "instance": instance or "0x" + (slug.encode().hex() * 40)[:40]})

@@ -20,22 +20,21 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import trio
 
 from tests.support.backends import postgres_schema, redis_prefix
+from tests.support.background import Background, in_background
 from tests.support.billing import TREASURY, USDT_TOKEN
 from tests.support.chain.indexing import deployed_anvil
 from tests.support.chain.service import chain_entry, chains_env
@@ -45,7 +44,7 @@ from tests.support.fake_provider import running_fake
 from tests.support.haproxy import haproxy
 from tests.support.private_servers import PrivateRedisCluster, private_redis_cluster
 from tests.support.processes import READY_TIMEOUT_SECONDS, run_flowsvc
-from tests.support.server import ROOT, free_port, settings_env
+from tests.support.server import ROOT, free_port, settings_env, tls_context
 
 HOST_ADDRESSES = ("127.0.0.2", "127.0.0.3")
 WORKERS_PER_HOST = 2
@@ -53,52 +52,6 @@ CHAIN_ID = 31337
 LEASE_SECONDS = 2  # projects' run lease and the chain indexer's: a dead host is seen soon
 PLUGINS = ["auth", "keys", "chain", "webhooks", "projects", "billing"]
 PRICING = {"GET /me": "0.4"}  # what the spend cap test pays per request
-
-T = TypeVar("T")
-
-
-class Background:
-    """A Trio run on a thread of its own, holding async context managers open for a test
-    module; ``call_soon`` has that run call a function (to set a ``trio.Event`` of it), from
-    any thread or Trio run."""
-
-    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
-        self.token = token
-
-    def call_soon(self, function: Callable[[], object]) -> None:
-        self.token.run_sync_soon(function)
-
-
-@contextmanager
-def in_background(opened: Callable[[Background], AbstractAsyncContextManager[T]]
-                  ) -> Iterator[T]:
-    """Enter ``opened(background)`` in a Trio run on a new thread; yield what it gives;
-    exit it (and end the run) at the end of the block."""
-    entered: queue.Queue[tuple[T, Background] | BaseException] = queue.Queue()
-    stop = trio.Event()  # set from this thread through the run's token
-
-    async def main() -> None:
-        background = Background(trio.lowlevel.current_trio_token())
-        try:
-            async with opened(background) as value:
-                entered.put((value, background))
-                await stop.wait()
-        except BaseException as exc:  # given to the caller, who raises it
-            entered.put(exc)
-
-    thread = threading.Thread(target=trio.run, args=(main,), name="topology-fakes",
-                              daemon=True)
-    thread.start()
-    started = entered.get(timeout=60)
-    if isinstance(started, BaseException):
-        raise started
-    value, background = started
-    try:
-        yield value
-    finally:
-        background.call_soon(stop.set)
-        thread.join(timeout=30)
-
 
 @dataclass
 class Fakes:
@@ -174,7 +127,8 @@ class Host:
 
 def readiness(url: str) -> dict[str, Any]:
     """``GET /readyz`` on a new connection (so that any worker of a host may answer)."""
-    answer = httpx.get(f"{url}/readyz", timeout=10, headers={"connection": "close"})
+    answer = httpx.get(f"{url}/readyz", timeout=10, headers={"connection": "close"},
+                       verify=tls_context())
     assert answer.status_code == 200, answer.text
     body: dict[str, Any] = answer.json()
     return body
@@ -226,7 +180,8 @@ class Topology:
         while time.monotonic() < deadline:
             served = set()
             for _ in range(4):
-                answer = httpx.get(f"{self.url}/healthz", timeout=10)
+                answer = httpx.get(f"{self.url}/healthz", timeout=10,
+                                   verify=tls_context())
                 served.add(answer.headers.get("x-served-by"))
             if served == {"flowsvc-1", "flowsvc-2"}:
                 return

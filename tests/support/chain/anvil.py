@@ -22,7 +22,7 @@ from typing import IO
 import httpx
 import trio
 
-from tests.support.server import ROOT
+from tests.support.server import ROOT, tls_context
 
 DEFAULT_CHAIN_ID = 31337  # anvil's own default
 START_TIMEOUT_SECONDS = 30.0
@@ -117,7 +117,7 @@ def _wait_ready(anvil: Anvil) -> None:
 def _answers(anvil: Anvil) -> bool:
     request = {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}
     try:
-        reply = httpx.post(anvil.url, json=request, timeout=2).json()
+        reply = httpx.post(anvil.url, json=request, timeout=2, verify=tls_context()).json()
     except httpx.HTTPError:
         return False
     return int(reply["result"], 16) == anvil.chain_id

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.server import tls_context
+
 
 class RpcError(Exception):
     """A JSON-RPC error object: ``code``, ``message`` and optional ``data``."""
@@ -30,7 +32,7 @@ class Rpc:
 
     def __init__(self, url: str, *, timeout: float = 30.0) -> None:
         self.url = url
-        self.http = httpx.AsyncClient(timeout=timeout)
+        self.http = httpx.AsyncClient(timeout=timeout, verify=tls_context())
         self._ids = itertools.count(1)
 
     async def __aenter__(self) -> Rpc:
