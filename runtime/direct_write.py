@@ -57,9 +57,15 @@ def remember_server_send(send: ASGISendCallable) -> None:
     _SERVER_SEND.set(send)
 
 
+def chunk(data: bytes) -> bytes:
+    """``data`` framed as one HTTP/1.1 chunk (``data`` not empty: an empty chunk ends a body)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
 class DirectWriter:
     """Writes the body of the current response as HTTP/1.1 chunks straight to its
-    connection (only from the task that sends the response)."""
+    connection: ``write`` only from the task that sends the response; ``write_now`` from
+    any task while that one waits without writing, and then ``write_rest`` from it."""
 
     __slots__ = ("_connection",)
 
@@ -77,7 +83,34 @@ class DirectWriter:
         if not data:
             return
         try:
-            await self._connection.send_soon(b"%x\r\n%b\r\n" % (len(data), data))
+            await self._connection.send_soon(chunk(data))
+        except BaseException:
+            self._connection.reset()
+            raise
+
+    def write_now(self, framed: bytes) -> int:
+        """Write what the kernel takes at once of ``framed`` (a ``chunk``), without waiting.
+        Returns how many bytes went out; when not all, the response's task must write the
+        rest (``write_rest``) before anything else. A failure resets the connection.
+
+        :raises trio.BrokenResourceError: the client is gone (or the connection was reset).
+        :raises trio.ClosedResourceError: the connection is closed.
+        """
+        try:
+            return self._connection.send_now(framed)
+        except BaseException:
+            self._connection.reset()
+            raise
+
+    async def write_rest(self, rest: bytes | memoryview) -> None:
+        """Write the end of a chunk ``write_now`` began (as ``write``: an interruption
+        resets the connection).
+
+        :raises trio.BrokenResourceError: the client is gone (or the connection was reset).
+        :raises trio.ClosedResourceError: the connection is closed.
+        """
+        try:
+            await self._connection.send_all(rest)
         except BaseException:
             self._connection.reset()
             raise
