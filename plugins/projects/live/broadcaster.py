@@ -76,7 +76,7 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, queued: QueuedBy
                                                     ring.last_seq, event.seq - 1):
                     ring.append(missed)
             ring.append(event)
-        ring.wake()
+        queued.count_fast_path(*ring.wake())
 
     async def catch_up() -> None:
         """Take from the database the events the Redis tail has not brought (a ring's worth
