@@ -12,7 +12,11 @@ route may take the body into its own hands:
 - then ``direct_writer()`` returns a :class:`DirectWriter` whose ``write`` frames a piece as
   an HTTP/1.1 chunk (``hex(len)\\r\\n data \\r\\n``) and writes it to the connection
   (``runtime.connections``), under the connection's write lock, so it never interleaves with
-  hypercorn's own writes: without a checkpoint when the kernel takes it at once;
+  hypercorn's own writes: without a checkpoint when the kernel takes it at once. While
+  the response's task waits without writing, another task may write for it without
+  blocking (``write_now``: only what the kernel takes at once, a chunk framed once with
+  ``chunk`` for many connections); the response's task then finishes a chunk begun that
+  way (``write_rest``) before anything else;
 - the response ends through ASGI as usual (hypercorn writes the last chunk, ``0\\r\\n\\r\\n``,
   and keeps or closes the connection).
 

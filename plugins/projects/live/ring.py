@@ -5,8 +5,13 @@ event is encoded once however many clients read it. Readers do not get a queue e
 :class:`Subscription` is a cursor into the shared ring (the tractor ``broadcast`` design),
 woken when the ring grows, and it takes every frame it has not sent yet at once, as a list
 of the ring's own ``bytes`` objects (never joined or copied: a reader's backlog costs a
-pointer per event), so a reader that fell behind catches up in one go. The publisher
-never waits for readers. A reader more than ``max_lag`` events behind the live head (its
+pointer per event), so a reader that fell behind catches up in one go. A reader that is
+caught up and writes straight to its connection (``runtime.direct_write``) parks on the ring
+instead of waiting to be woken (:meth:`Subscription.park`): after a publish, the ring writes
+the new frames to every parked reader itself, from the broadcaster's task, without blocking
+(:meth:`Ring.wake`, the fast path), and hands a reader back to its own task only when that
+write does not go through whole or the reader has more to do. The publisher never waits for
+readers. A reader more than ``max_lag`` events behind the live head (its
 initial replay not counted), or whose cursor fell out of the ring, gets :class:`Lagged`
 and is disconnected; it resumes with ``Last-Event-ID``. That check runs when the reader takes
 frames, which a reader stuck in a write never does: the broadcaster sweeps the ring for

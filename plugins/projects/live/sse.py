@@ -2,10 +2,13 @@
 
 A response starts with a ``retry:`` hint, replays what the reader missed and then sends
 events as they come, every pending frame at once: joined into writes of at most
-``live.queued.WRITE_BYTES``, each counted against the process's budget of bytes queued to
+``live.ring.WRITE_BYTES``, each counted against the process's budget of bytes queued to
 readers (``subscriber_queued_bytes``) while it lasts. The first write goes out through ASGI
 with the response head; the later ones go straight to the connection
 (``runtime.direct_write``) where the server allows it, else through ASGI as well. A reader
+writing straight to its connection that has caught up leaves the next events to the
+broadcaster, which writes them to all such readers at once (``Ring.wake``), until it hands
+the reader back (its socket full, a backlog, a heartbeat due). A reader
 silent for its heartbeat interval sends a ``: keepalive`` comment at the broadcaster's next
 beat (so between one and two intervals of silence), which keeps idle connections and proxies
 open. A caller with the ``fasterSse`` feature gets the shorter ``faster_heartbeat_seconds``
