@@ -28,6 +28,7 @@ from tests.support.sse import SseEvent, SseStream, follow, open_sse
 READERS = 200
 CALLS = 40
 ESTABLISHED = 1
+READ_TURNS = 200
 FAST_WRITES = "flowsvc_sse_fast_writes_total"
 
 
@@ -84,12 +85,15 @@ def established(stream: SseStream) -> bool:
 
 async def test_a_reader_that_stops_reading_leaves_the_fast_path_and_is_cut_off_alone(
         tmp_path: Path, nursery: trio.Nursery) -> None:
-    # About 6 MB of 40 KB events, then small ones: more than a stalled socket's buffers.
-    content = "x" * 40_000
+    # About 5 MB of 8 KB events, then small ones: more than a stalled socket's buffers.
+    # Three reads a turn, so that a batch of them stays well under WRITE_BYTES: the stalled
+    # reader is on the fast path when its socket fills.
+    content = "x" * 8_000
+    read = ("read_file", '{"path": "big.txt"}')
     model = FakeOpenAI([
         StreamedTurn("Plan:\n1. Write\n2. Read", [
             ("write_file", json.dumps({"path": "big.txt", "content": content}))]),
-        StreamedTurn("", [("read_file", '{"path": "big.txt"}')] * 150),
+        *[StreamedTurn("", [read] * 3) for _ in range(READ_TURNS)],
         StreamedTurn("", calls(CALLS)),
         StreamedTurn("Read it all."),
     ])
@@ -97,7 +101,7 @@ async def test_a_reader_that_stops_reading_leaves_the_fast_path_and_is_cut_off_a
     write_timeout = 20  # wide: the run must end well within it on a loaded machine
     async with serve_projects(tmp_path / "var", f"sqlite:///{tmp_path / 'db.sqlite'}",
                               backend="openai", model_base_url=model_url, model="fake",
-                              subscriber_max_lag="100000",
+                              subscriber_max_lag="100000", max_turns=str(READ_TURNS + 10),
                               subscriber_write_timeout_seconds=str(write_timeout)
                               ) as running, token_owner(running, "full") as http:
         slug = (await new_project(http, "full"))["slug"]
