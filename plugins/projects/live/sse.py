@@ -194,6 +194,7 @@ async def _finish_chunk(subscription: Subscription, writer: DirectWriter,
     off while it waited for the budget (its connection is reset then: nothing else may be
     written in the middle of a chunk)."""
     rest, subscription.rest = subscription.rest, b""
+    subscription.unsent = len(rest)  # what the budget sorts the readers to cut by
     try:
         await queued.acquire(subscription, len(rest))
     except Lagged:
@@ -208,6 +209,7 @@ async def _finish_chunk(subscription: Subscription, writer: DirectWriter,
     finally:
         subscription.writing_since = None
         queued.release(subscription)
+    subscription.unsent = 0
     subscription.last_write = trio.current_time()
     return True
 
