@@ -295,19 +295,38 @@ class _Connection:
             await self.send_all(data)
             return
         try:
-            descriptor = self.socket.fileno()
-            if descriptor < 0:  # closed: the number may belong to another file by now
-                raise trio.ClosedResourceError("the connection is closed")
-            try:
-                sent = os.write(descriptor, data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:
-                raise trio.BrokenResourceError(f"the client is gone: {exc}") from exc
+            sent = self._write(data)
             if sent < len(data):
                 await self._stream.send_all(memoryview(data)[sent:])
         finally:
             self._sending.release()
+
+    def send_now(self, data: bytes) -> int:
+        """Write what the kernel takes of ``data`` at once, without waiting (from any task).
+        Returns how many bytes were written: 0 when the socket is full or another write holds
+        the connection; a caller that wrote part of a message must write the rest before
+        anything else (``send_all``).
+
+        :raises trio.BrokenResourceError: the client is gone (or the connection was reset).
+        :raises trio.ClosedResourceError: the connection is closed.
+        """
+        # No checkpoint from the test to the end of the write: no other task can take the
+        # lock meanwhile, so this is the lock's exclusion without its cost.
+        if self._sending.locked():
+            return 0
+        return self._write(data)
+
+    def _write(self, data: bytes) -> int:
+        """One non-blocking ``os.write`` of ``data`` (the caller excludes other writes)."""
+        descriptor = self.socket.fileno()
+        if descriptor < 0:  # closed: the number may belong to another file by now
+            raise trio.ClosedResourceError("the connection is closed")
+        try:
+            return os.write(descriptor, data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"the client is gone: {exc}") from exc
 
     def reset(self) -> None:
         try:

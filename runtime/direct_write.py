@@ -12,7 +12,11 @@ route may take the body into its own hands:
 - then ``direct_writer()`` returns a :class:`DirectWriter` whose ``write`` frames a piece as
   an HTTP/1.1 chunk (``hex(len)\\r\\n data \\r\\n``) and writes it to the connection
   (``runtime.connections``), under the connection's write lock, so it never interleaves with
-  hypercorn's own writes: without a checkpoint when the kernel takes it at once;
+  hypercorn's own writes: without a checkpoint when the kernel takes it at once. While
+  the response's task waits without writing, another task may write for it without
+  blocking (``write_now``: only what the kernel takes at once, a chunk framed once with
+  ``chunk`` for many connections); the response's task then finishes a chunk begun that
+  way (``write_rest``) before anything else;
 - the response ends through ASGI as usual (hypercorn writes the last chunk, ``0\\r\\n\\r\\n``,
   and keeps or closes the connection).
 
@@ -57,9 +61,15 @@ def remember_server_send(send: ASGISendCallable) -> None:
     _SERVER_SEND.set(send)
 
 
+def chunk(data: bytes) -> bytes:
+    """``data`` framed as one HTTP/1.1 chunk (``data`` not empty: an empty chunk ends a body)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
 class DirectWriter:
     """Writes the body of the current response as HTTP/1.1 chunks straight to its
-    connection (only from the task that sends the response)."""
+    connection: ``write`` only from the task that sends the response; ``write_now`` from
+    any task while that one waits without writing, and then ``write_rest`` from it."""
 
     __slots__ = ("_connection",)
 
@@ -77,7 +87,34 @@ class DirectWriter:
         if not data:
             return
         try:
-            await self._connection.send_soon(b"%x\r\n%b\r\n" % (len(data), data))
+            await self._connection.send_soon(chunk(data))
+        except BaseException:
+            self._connection.reset()
+            raise
+
+    def write_now(self, framed: bytes) -> int:
+        """Write what the kernel takes at once of ``framed`` (a ``chunk``), without waiting.
+        Returns how many bytes went out; when not all, the response's task must write the
+        rest (``write_rest``) before anything else. A failure resets the connection.
+
+        :raises trio.BrokenResourceError: the client is gone (or the connection was reset).
+        :raises trio.ClosedResourceError: the connection is closed.
+        """
+        try:
+            return self._connection.send_now(framed)
+        except BaseException:
+            self._connection.reset()
+            raise
+
+    async def write_rest(self, rest: bytes | memoryview) -> None:
+        """Write the end of a chunk ``write_now`` began (as ``write``: an interruption
+        resets the connection).
+
+        :raises trio.BrokenResourceError: the client is gone (or the connection was reset).
+        :raises trio.ClosedResourceError: the connection is closed.
+        """
+        try:
+            await self._connection.send_all(rest)
         except BaseException:
             self._connection.reset()
             raise

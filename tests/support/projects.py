@@ -177,6 +177,13 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0
             await trio.sleep(0.02)
 
 
+def sample(metrics: str, name: str) -> float:
+    """The value of ``name`` (labels included) in the Prometheus text ``metrics``; 0 when
+    it is not there."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", metrics, re.M)
+    return float(found[1]) if found else 0.0
+
+
 async def _answers(port: int, process: trio.Process) -> bool:
     """Wait (30 s at most) until ``/healthz`` answers; False if it never does or it exits."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=1,

@@ -2,7 +2,8 @@
 
 The actor loads the ring (``live.ring``) from the database when it starts, appends what
 publishers (in this process) and the hub's Redis tail (events of runs in other processes)
-send it, fills any gap from the database, and hands out subscriptions. With Redis, it also
+send it, fills any gap from the database, writes the new frames to the readers parked on
+the ring (``Ring.wake``, the fast path), and hands out subscriptions. With Redis, it also
 reads the database for newer events at each beat: an event whose Redis entry was lost (Redis
 down while it was published, or while the tail read) reaches its readers within a beat.
 Every ``SWEEP_SECONDS`` it looks for readers stuck in a write (``Ring.stuck``) and resets
@@ -76,7 +77,7 @@ def broadcaster_spec(service: Service, stream: str, ring: Ring, queued: QueuedBy
                                                     ring.last_seq, event.seq - 1):
                     ring.append(missed)
             ring.append(event)
-        ring.wake()
+        queued.count_fast_path(*ring.wake())
 
     async def catch_up() -> None:
         """Take from the database the events the Redis tail has not brought (a ring's worth

@@ -4,13 +4,15 @@ A reader's backlog is a list of the ring's shared frames (``live.ring``): it cos
 per reader. What does cost memory per reader is a write in progress: hypercorn frames each
 piece of a response body into a new buffer (HTTP/1.1 chunked framing) and holds it until
 the kernel has taken all of it, which a reader that stopped reading never lets happen. So
-every write goes through :class:`QueuedBytes`: it is at most ``WRITE_BYTES`` (or one frame)
-and counts until it finishes. A write that would take the process past its budget waits
-until others finish, and while some wait, :meth:`QueuedBytes.over_budget` picks readers
-that have been writing or waiting for ``GRACE_SECONDS``, the most bytes behind first, for
-the hub to cut off by a reset of their connections, as the broadcaster
-cuts readers stuck past their lag or timeout. A reader cut off resumes with
-``Last-Event-ID``.
+every write of a reader's task goes through :class:`QueuedBytes`: it is at most
+``WRITE_BYTES`` (or one frame) and counts until it finishes. The ring's writes for its
+caught-up readers (the fast path, ``Ring.wake``) hold nothing: what the kernel does not take
+at once goes back to the reader's task, and counts from then on. A write that would take
+the process past its budget waits until others finish, and while some wait,
+:meth:`QueuedBytes.over_budget` picks readers that have been writing or waiting for
+``GRACE_SECONDS``, the most bytes behind first, for the hub to cut off by a reset of their
+connections, as the broadcaster cuts readers stuck past their lag or timeout. A reader cut
+off resumes with ``Last-Event-ID``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,11 @@ from collections.abc import Iterator
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from plugins.projects.live.ring import Lagged, Subscription
+from plugins.projects.live.ring import WRITE_BYTES, Lagged, Subscription
 from plugins.projects.settings import ProjectsSettings
 from runtime.service import Service, StateSlot
 
 log = logging.getLogger("flowsvc.projects.stream")
-WRITE_BYTES = 128 * 1024
-"""The most a write joins: larger backlogs go out in several writes, a larger frame alone."""
 GRACE_SECONDS = 1.0
 """How long a reader must have been writing, or waiting to write, before the budget may
 cut it off: a burst of writes that all finish at once cuts nobody."""
@@ -52,8 +52,10 @@ def _joined(frames: list[bytes]) -> bytes:
 
 class QueuedBytes:
     """The bytes of the writes in progress to this process's readers, within ``budget``,
-    and the Prometheus collectors ``flowsvc_sse_queued_bytes`` and
-    ``flowsvc_sse_readers_cut_total`` (on ``registry``; made once per service)."""
+    and the Prometheus collectors ``flowsvc_sse_queued_bytes``,
+    ``flowsvc_sse_readers_cut_total`` and those of the fast path (``Ring.wake``),
+    ``flowsvc_sse_fast_writes_total`` and ``flowsvc_sse_fast_path_left_total`` (on
+    ``registry``; made once per service)."""
 
     def __init__(self, budget: int, registry: CollectorRegistry) -> None:
         self.budget = budget
@@ -66,6 +68,13 @@ class QueuedBytes:
               registry=registry).set_function(lambda: self.total)
         self.cut = Counter("flowsvc_sse_readers_cut", "Stream readers cut off, by reason "
                            "(lag, write_timeout, queued_bytes)", ["reason"], registry=registry)
+        self.fast_writes = Counter("flowsvc_sse_fast_writes", "Stream writes made by a "
+                                   "broadcaster for its caught-up readers (the fast path)",
+                                   registry=registry)
+        self.fast_path_left = Counter("flowsvc_sse_fast_path_left", "Readers handed back from "
+                                      "the fast path to their own task, by reason "
+                                      "(would_block, backlog, gone)", ["reason"],
+                                      registry=registry)
 
     @classmethod
     def create(cls, service: Service) -> QueuedBytes:
@@ -134,6 +143,13 @@ class QueuedBytes:
         if any(reader in wanting for reader in victims):
             self._wake()
         return victims
+
+    def count_fast_path(self, written: int, left: list[str]) -> None:
+        """Count what a ring's fast path did (``Ring.wake``'s answer)."""
+        if written:
+            self.fast_writes.inc(written)
+        for reason in left:
+            self.fast_path_left.labels(reason=reason).inc()
 
     def cut_off(self, readers: list[Subscription], reason: str, where: str) -> None:
         """Reset the connections of ``readers`` (marked ``dropped`` already), counted in

@@ -5,8 +5,13 @@ event is encoded once however many clients read it. Readers do not get a queue e
 :class:`Subscription` is a cursor into the shared ring (the tractor ``broadcast`` design),
 woken when the ring grows, and it takes every frame it has not sent yet at once, as a list
 of the ring's own ``bytes`` objects (never joined or copied: a reader's backlog costs a
-pointer per event), so a reader that fell behind catches up in one go. The publisher
-never waits for readers. A reader more than ``max_lag`` events behind the live head (its
+pointer per event), so a reader that fell behind catches up in one go. A reader that is
+caught up and writes straight to its connection (``runtime.direct_write``) parks on the ring
+instead of waiting to be woken (:meth:`Subscription.park`): after a publish, the ring writes
+the new frames to every parked reader itself, from the broadcaster's task, without blocking
+(:meth:`Ring.wake`, the fast path), and hands a reader back to its own task only when that
+write does not go through whole or the reader has more to do. The publisher never waits for
+readers. A reader more than ``max_lag`` events behind the live head (its
 initial replay not counted), or whose cursor fell out of the ring, gets :class:`Lagged`
 and is disconnected; it resumes with ``Last-Event-ID``. That check runs when the reader takes
 frames, which a reader stuck in a write never does: the broadcaster sweeps the ring for
@@ -22,8 +27,12 @@ import trio
 
 from plugins.projects.live.event_log import StreamEvent
 from runtime.connections import ClientConnection
+from runtime.direct_write import DirectWriter, chunk
 
 NO_EARLIER_EVENT = "-1"
+WRITE_BYTES = 128 * 1024
+"""The most a write joins: larger backlogs go out in several writes (``live.queued.pieces``,
+by the readers' own tasks), a larger frame alone."""
 
 
 class Lagged(Exception):
@@ -43,6 +52,8 @@ class Ring:
         self.changed = trio.Event()
         self.closed = False
         self.subscriptions: set[Subscription] = set()
+        self.parked: dict[Subscription, DirectWriter] = {}
+        """The readers on the fast path: caught up, waiting for the ring to write for them."""
         self._heartbeats: Counter[float] = Counter()
         self.touched = trio.current_time()
 
@@ -101,23 +112,92 @@ class Ring:
         if self.last_seq - self.first_seq + 1 > self.capacity:
             self.first_seq = self.last_seq - self.capacity + 1
 
-    def wake(self) -> None:
-        """Wake every reader waiting for new events."""
+    def wake(self) -> tuple[int, list[str]]:
+        """After appends: write the new frames to the parked readers, wake the others.
+
+        This is the fast path: the broadcaster's one task writes each parked reader's new
+        frames (one chunk, framed once for all the readers at the same cursor) with a
+        non-blocking write on its connection, so a publish costs a parked reader no task
+        wake-up, only its system call. A reader whose write does not go through whole
+        (its socket is full, or another write holds the connection), whose batch is too
+        large or too far ahead (``WRITE_BYTES``, its ``max_lag``), or whose connection
+        failed, is handed back to its own task (``Subscription.park`` returns), which
+        finishes the chunk, catches up and parks again.
+
+        :return: how many writes went out whole, and why each reader handed back left
+            (``would_block``, ``backlog`` or ``gone``).
+        """
         self.touched = trio.current_time()
-        self.beat()
+        written, left = self._deliver() if self.parked else (0, [])
+        self._notify()
+        return written, left
+
+    def _deliver(self) -> tuple[int, list[str]]:
+        last = self.last_seq
+        now = self.touched
+        chunks: dict[int, bytes] = {}  # by cursor: b"" when the readers' tasks must take it
+        written = 0
+        leaving: list[tuple[Subscription, str]] = []
+        for reader, writer in self.parked.items():
+            cursor = reader.cursor
+            if cursor == last:  # parked since the last append
+                continue
+            data = chunks.get(cursor)
+            if data is None:
+                data = chunks[cursor] = self._fast_chunk(cursor)
+            if not data or last - cursor > reader.max_lag:
+                leaving.append((reader, "backlog"))
+                continue
+            try:
+                sent = writer.write_now(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                reader.gone = True
+                leaving.append((reader, "gone"))
+                continue
+            reader.cursor = last
+            reader.last_write = now
+            if sent == len(data):
+                written += 1
+            else:
+                reader.rest = memoryview(data)[sent:]
+                leaving.append((reader, "would_block"))
+        for reader, _ in leaving:
+            self._unpark(reader)
+        return written, [reason for _, reason in leaving]
+
+    def _fast_chunk(self, cursor: int) -> bytes:
+        """The frames after ``cursor`` as one chunk; b"" when they are not the fast path's
+        (too many bytes, or no longer all held)."""
+        if cursor < self.first_seq - 1:
+            return b""
+        data = b"".join(self.frames_after(cursor))
+        return chunk(data) if len(data) <= WRITE_BYTES else b""
+
+    def _unpark(self, reader: Subscription) -> None:
+        del self.parked[reader]
+        reader.resumed.set()
 
     def beat(self) -> None:
-        """Wake every waiting reader without news: the ones idle too long send a heartbeat.
+        """Wake every waiting reader without news: the ones idle too long send a heartbeat;
+        hand back to their tasks the parked readers due one, cut off, or of a closed ring.
 
         Heartbeats ride on these wake-ups instead of a timer per reader, so waiting for the
         next event costs a reader no cancel scope and no deadline.
         """
+        now = trio.current_time()
+        for reader in [reader for reader in self.parked
+                       if self.closed or reader.dropped is not None
+                       or now - reader.last_write >= reader.heartbeat_seconds]:
+            self._unpark(reader)
+        self._notify()
+
+    def _notify(self) -> None:
         changed, self.changed = self.changed, trio.Event()
         changed.set()
 
     def close(self) -> None:
         self.closed = True
-        self.wake()
+        self.beat()
 
     def frames_after(self, cursor: int) -> list[bytes]:
         """Every frame after ``cursor``: the ring's own objects, shared by every reader.
@@ -194,6 +274,15 @@ class Subscription:
         """Bytes of the frames taken and not written yet (its writer counts them)."""
         self.queued = 0
         """Bytes of the write in progress, as counted by ``live.queued.QueuedBytes``."""
+        self.last_write = trio.current_time()
+        """When the reader last wrote (its task, or the ring for it): its heartbeats count
+        from there."""
+        self.resumed = trio.Event()
+        """Set when the ring hands a parked reader back to its task."""
+        self.rest: bytes | memoryview = b""
+        """The end of a chunk the ring began and could not finish: its task writes it first."""
+        self.gone = False
+        """The ring's write failed: the connection is gone."""
 
     def __enter__(self) -> Subscription:
         self.ring.join(self)
@@ -231,6 +320,17 @@ class Subscription:
     def bytes_behind(self) -> int:
         """How many bytes the reader has yet to write: taken, and still in the ring."""
         return self.unsent + self.ring.bytes_after(self.cursor)
+
+    async def park(self, writer: DirectWriter) -> None:
+        """Leave the reader's writes to the ring (``Ring.wake``, the fast path) until it hands
+        them back; the reader must be caught up, and ``writer`` its response's. On return,
+        ``rest`` (what must be written first) and ``gone`` say how the ring left it."""
+        self.resumed = trio.Event()
+        self.ring.parked[self] = writer
+        try:
+            await self.resumed.wait()
+        finally:
+            self.ring.parked.pop(self, None)
 
     async def wait(self) -> None:
         """Return once the ring holds events after the cursor, is closed, or beats."""

@@ -2,10 +2,13 @@
 
 A response starts with a ``retry:`` hint, replays what the reader missed and then sends
 events as they come, every pending frame at once: joined into writes of at most
-``live.queued.WRITE_BYTES``, each counted against the process's budget of bytes queued to
+``live.ring.WRITE_BYTES``, each counted against the process's budget of bytes queued to
 readers (``subscriber_queued_bytes``) while it lasts. The first write goes out through ASGI
 with the response head; the later ones go straight to the connection
 (``runtime.direct_write``) where the server allows it, else through ASGI as well. A reader
+writing straight to its connection that has caught up leaves the next events to the
+broadcaster, which writes them to all such readers at once (``Ring.wake``), until it hands
+the reader back (its socket full, a backlog, a heartbeat due). A reader
 silent for its heartbeat interval sends a ``: keepalive`` comment at the broadcaster's next
 beat (so between one and two intervals of silence), which keeps idle connections and proxies
 open. A caller with the ``fasterSse`` feature gets the shorter ``faster_heartbeat_seconds``
@@ -154,7 +157,7 @@ async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
                     if not head_sent:  # it went out with the first piece
                         head_sent = True
                         writer = direct_writer()
-                last_write = trio.current_time()
+                subscription.last_write = trio.current_time()
                 while True:
                     try:
                         pending = subscription.take()
@@ -167,12 +170,48 @@ async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
                         break
                     if subscription.closed:
                         return
-                    if trio.current_time() - last_write >= pacing.heartbeat_seconds:
+                    if trio.current_time() - subscription.last_write >= pacing.heartbeat_seconds:
                         pending = [KEEPALIVE]
                         break
-                    await subscription.wait()
+                    if writer is None:  # through ASGI: this task writes every event
+                        await subscription.wait()
+                        continue
+                    # Caught up: the ring writes the next events itself (the fast path), until
+                    # it hands the reader back.
+                    await subscription.park(writer)
+                    if subscription.gone or \
+                            (subscription.rest and not await _finish_chunk(subscription, writer,
+                                                                           queued)):
+                        return
     finally:
         slot.release()
+
+
+async def _finish_chunk(subscription: Subscription, writer: DirectWriter,
+                        queued: QueuedBytes) -> bool:
+    """Write the end of the chunk the ring began for ``subscription`` (counted like any
+    write); False when the stream must end: the connection is gone, or the reader was cut
+    off while it waited for the budget (its connection is reset then: nothing else may be
+    written in the middle of a chunk)."""
+    rest, subscription.rest = subscription.rest, b""
+    subscription.unsent = len(rest)  # what the budget sorts the readers to cut by
+    try:
+        await queued.acquire(subscription, len(rest))
+    except Lagged:
+        if subscription.connection is not None:
+            subscription.connection.reset()
+        return False
+    subscription.writing_since = trio.current_time()
+    try:
+        await writer.write_rest(rest)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return False
+    finally:
+        subscription.writing_since = None
+        queued.release(subscription)
+    subscription.unsent = 0
+    subscription.last_write = trio.current_time()
+    return True
 
 
 async def stream_response(service: Service, settings: ProjectsSettings, stream: str,

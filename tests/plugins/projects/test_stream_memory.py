@@ -21,13 +21,14 @@ from pathlib import Path
 import httpx
 import trio
 
-from plugins.projects.live.queued import WRITE_BYTES
+from plugins.projects.live.ring import WRITE_BYTES
 from tests.support.fake_openai import FakeOpenAI, StreamedTurn
 from tests.support.projects import (
     assert_well_formed,
     eventually,
     new_project,
     projects_env,
+    sample,
     serve_projects,
     service_process,
     token_owner,
@@ -90,11 +91,6 @@ def connected(sockets: list[trio.socket.SocketType]) -> int:
     """How many are still established (read from the kernel, without reading the socket)."""
     return sum(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == ESTABLISHED
                for sock in sockets)
-
-
-def sample(metrics: str, name: str) -> float:
-    found = re.search(rf"^{re.escape(name)} (\S+)$", metrics, re.M)
-    return float(found[1]) if found else 0.0
 
 
 async def test_readers_that_never_read_a_large_replay_cost_at_most_the_budget(
