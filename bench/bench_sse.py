@@ -64,6 +64,7 @@ from bench.harness import (
     RunningServer,
     cpu_seconds,
     free_port,
+    goal_row,
     hello_server,
     process_tree,
     python_module_argv,
@@ -495,6 +496,25 @@ def largest_within(steps: list[Step], budget_ms: float) -> int:
     return max((s.subscribers for s in steps if s.within and s.p99_ms < budget_ms), default=0)
 
 
+# Issue 21: readers one process holds within the budget, and what two processes on Redis hold.
+READERS_GOAL = 5000
+TWO_PROCESS_GOAL = 1.8
+
+
+def goal_rows(largest: dict[str, int], args: argparse.Namespace) -> list[dict[str, object]]:
+    """The goals measured by this run, as rows of ``make bench``'s summary table."""
+    rows = []
+    if "flowsvc" in largest:
+        rows.append(goal_row(f"SSE readers within p99 {args.budget_ms:g} ms at "
+                             f"{args.rate:g} events/s, one process", largest["flowsvc"],
+                             READERS_GOAL))
+    two = ratios(largest).get("two_vs_one_process")
+    if two is not None:
+        rows.append(goal_row("SSE readers, two processes on Redis / one", round(two, 2),
+                             TWO_PROCESS_GOAL))
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["publish"]:
@@ -546,6 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "budget_ms": args.budget_ms, "largest_k_within_budget": summary,
         "ratios": ratios(summary),
         "cpu_us_per_delivery": cpu,
+        "summary": goal_rows(summary, args),
         "steps": {name: [{**asdict(step), "cpu_us_per_delivery": step.cpu_us_per_delivery}
                          for step in steps] for name, steps in results.items()},
     })
