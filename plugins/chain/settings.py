@@ -38,6 +38,8 @@ class ChainConfig(Section):
     start_block: int = Field(0, ge=0)
     finality_depth: int = Field(12, ge=0, le=10_000)
     poll_interval_seconds: float = Field(2.0, gt=0)
+    # How often the token registry is read for tokens registered or moved, while idle.
+    registry_interval_seconds: float = Field(5.0, gt=0)
     stall_timeout_seconds: float = Field(60.0, gt=0)
     # A cap on eth_getLogs ranges (blocks); None: learned from each URL's answers.
     max_log_range: int | None = Field(None, ge=1)

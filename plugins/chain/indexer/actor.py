@@ -64,7 +64,6 @@ BACKOFF_INITIAL = 0.5
 BACKOFF_MAX = 10.0
 ZERO_ADDRESS = "0x" + "00" * 20
 USDT_ALIAS = "usdt"  # a watch's token meaning the chain's configured USDT
-REGISTRY_INTERVAL = 5.0  # seconds between reads of the registry for new tokens, while idle
 
 
 class DeepReorg(Exception):
@@ -191,7 +190,7 @@ class ChainIndexer:
     async def follow_registered_if_due(self) -> None:
         """Follow the dpnm tokens registered since the registry was last read; a slug moved
         off an unreadable instance (its registration fixed) is named no more."""
-        if trio.current_time() - self.registry_read_at < REGISTRY_INTERVAL:
+        if trio.current_time() - self.registry_read_at < self.chain.registry_interval_seconds:
             return
         registered = await self.service.db.read(store.registered_instances, self.chain.id)
         slugs = set(registered.values())

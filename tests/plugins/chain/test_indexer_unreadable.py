@@ -56,8 +56,9 @@ async def test_a_token_on_an_address_that_is_no_flow_instance_is_unreadable(
     eoa = (await chain.new_account()).address.lower()
     multicall = deployment.platform.multicall.lower()
     good = token_slug("dpnm", chain.chain_id, dpnm.instance.address)
+    # The registry read every 0.2 s (5 s by default): a registration is checked at once.
     entries = [chain_entry(deployment.platform, [anvil.url],
-                           instance=deployment.dpnm.instance)]
+                           instance=deployment.dpnm.instance, registry_interval_seconds=0.2)]
     async with indexing(tmp_path / "var", database_url, entries) as (running, _), \
             client(running) as http:
         service = running.service

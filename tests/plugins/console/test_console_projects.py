@@ -26,7 +26,10 @@ STEPS_DONE = ("[...document.querySelectorAll('#steps li[data-state]')]"
 
 @pytest.fixture
 async def server(tmp_path: Path, backend: tuple[str, str]) -> AsyncIterator[Running]:
-    env = projects_env(tmp_path / "var", database_url=backend[0], redis_url=backend[1])
+    # A stream's retry hint of 0.3 s (3 s by default): the page's EventSource reconnects
+    # that soon after the network comes back.
+    env = projects_env(tmp_path / "var", database_url=backend[0], redis_url=backend[1],
+                       retry_ms="300")
     env["FLOWSVC_PLUGINS_ENABLED"] = '["auth", "chain", "projects", "console"]'
     async with running_server(make_settings(env), env) as running:
         yield running

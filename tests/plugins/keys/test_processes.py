@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import trio
 
 from tests.support.keys import create_key, keys_env
-from tests.support.processes import server_process
+from tests.support.processes import serving
 from tests.support.server import ROOT, free_port
 from tests.support.wallet import sign_in
-
-
-@contextmanager
-def _two_servers(env: dict[str, str], port_a: int, port_b: int) -> Iterator[None]:
-    """Two ``flowsvc serve`` processes, stopped at the end."""
-    with server_process(env, port_a), server_process(env, port_b):
-        yield
+from tests.support.webhooks import migrate_schema
 
 
 async def _revocation_delay(base_a: str, base_b: str, raw: str, key_id: str,
@@ -45,7 +37,9 @@ async def test_two_processes_enforce_one_cap_and_one_revocation(
                    extra={"FLOWSVC_SERVICE_LOG_LEVEL": "warning"})
     port_a, port_b = free_port(), free_port()
     base_a, base_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
-    with _two_servers(env, port_a, port_b):
+    # The schema migrated first, both processes start at once on it.
+    await migrate_schema(env)
+    with serving({**env, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}, [port_a, port_b]):
         async with httpx.AsyncClient(base_url=base_a, timeout=30) as http_a:
             await sign_in(http_a)
             key = await create_key(http_a, rate_limit_rpm=10)

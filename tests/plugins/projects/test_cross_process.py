@@ -12,11 +12,12 @@ import trio
 
 from tests.support.backends import POSTGRES_URL, REDIS_URL, postgres_schema, redis_prefix
 from tests.support.fake_openai import FakeOpenAI, Stall, StreamedTurn
-from tests.support.projects import assert_well_formed, eventually, projects_env, service_process
+from tests.support.projects import assert_well_formed, eventually, projects_env
 from tests.support.server import free_port
 from tests.support.sse import open_sse
 from tests.support.tokens import add_token
 from tests.support.wallet import sign_in
+from tests.support.webhooks import migrate_schema, service_processes
 
 
 @pytest.mark.postgres
@@ -34,10 +35,10 @@ async def test_a_reader_on_process_b_follows_a_run_on_process_a(
                            prefix=redis_prefix(), backend="openai", model_base_url=model_url,
                            model="fake")
         port_a, port_b = free_port(), free_port()
-        # One after the other: A migrates the schema, then B starts on it.
-        async with service_process(env, port_a, tmp_path / "a.log"), \
-                service_process({**env, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}, port_b,
-                                tmp_path / "b.log"):
+        # The schema migrated first, both processes start at once on it.
+        await migrate_schema(env)
+        env["FLOWSVC_DATABASE_MIGRATE_ON_START"] = "false"
+        async with service_processes(env, [port_a, port_b]):
             url_a, url_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
             async with httpx.AsyncClient(base_url=url_a, timeout=30) as on_a:
                 wallet, _ = await sign_in(on_a)
@@ -90,9 +91,10 @@ async def test_a_preview_server_is_seen_on_its_runs_process_only(
                            prefix=redis_prefix(), backend="openai", model_base_url=model_url,
                            model="fake")
         port_a, port_b = free_port(), free_port()
-        async with service_process(env, port_a, tmp_path / "a.log"), \
-                service_process({**env, "FLOWSVC_DATABASE_MIGRATE_ON_START": "false"}, port_b,
-                                tmp_path / "b.log"):
+        # The schema migrated first, both processes start at once on it.
+        await migrate_schema(env)
+        env["FLOWSVC_DATABASE_MIGRATE_ON_START"] = "false"
+        async with service_processes(env, [port_a, port_b]):
             url_a, url_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
             async with httpx.AsyncClient(base_url=url_a, timeout=30) as on_a, \
                     httpx.AsyncClient(base_url=url_b, timeout=30) as on_b:

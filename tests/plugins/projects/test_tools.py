@@ -184,10 +184,12 @@ async def test_screenshot_of_the_build_dev_server(context: ToolContext) -> None:
 
 
 async def test_a_dev_server_that_never_answers_is_an_error(context: ToolContext) -> None:
+    # A browser bound of 9 s gives the server 3 s to answer (a third; 10 s by default).
+    sandbox = await probed_sandbox(browser_seconds=9)
     started = trio.current_time()
-    result = await call(replace(context, allow_commands=True), "take_screenshot",
-                        {"command": "sleep 2990", "port": 8792})
-    assert result.error == "the dev server did not answer on port 8792 within 10 seconds"
+    result = await call(replace(context, allow_commands=True, sandbox=sandbox),
+                        "take_screenshot", {"command": "sleep 2990", "port": 8792})
+    assert result.error == "the dev server did not answer on port 8792 within 3 seconds"
     assert trio.current_time() - started < 30
     assert left_running(context.workspace, b"2990") == []
 

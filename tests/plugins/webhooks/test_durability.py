@@ -46,9 +46,11 @@ async def test_a_service_killed_during_an_attempt_shows_it_and_delivers_after_re
     service gets SIGKILL: the receiver got it, so the history keeps it (``unknown``), and the
     restarted service delivers once its lease runs out."""
     # The attempt after the restart must not time out on a loaded machine (an extra "retry"
-    # in the history): a wide attempt deadline, and a lease a little longer.
+    # in the history): a wide attempt deadline for a receiver on loopback that answers at
+    # once (4 s, twice the default of these tests), and a lease a little longer, which the
+    # restarted service waits out.
     env = process_env(tmp_path / "var", database_url, backoff_base_seconds=0.05,
-                      timeout_seconds=6, lease_seconds=8)
+                      timeout_seconds=4, lease_seconds=5)
     restarted = False
     never = trio.Event()
 
