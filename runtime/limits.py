@@ -26,8 +26,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from coredis.exceptions import RedisError
-
 from runtime.config import LimitsSettings
 from runtime.errors import RateLimited, Unavailable
 from runtime.principal import Principal
@@ -79,6 +77,14 @@ def bucket_of(principal: Principal | None, client_ip: str, internal_token: str,
     return bucket if bucket.limit > 0 else None
 
 
+def _redis_error() -> type[Exception]:
+    """coredis' base error. Looked up only when an exception is being matched (an ``except``
+    clause evaluates its types then): a service without Redis never loads coredis."""
+    from coredis.exceptions import RedisError
+
+    return RedisError
+
+
 async def check_request(shared: SharedState, path: str, principal: Principal | None,
                         client_ip: str, internal_token: str, limits: LimitsSettings,
                         claimed: Bucket | None = None) -> None:
@@ -98,7 +104,7 @@ async def check_request(shared: SharedState, path: str, principal: Principal | N
         return
     try:
         decision = await shared.hit_window(bucket.name, bucket.limit, WINDOW_SECONDS)
-    except (RedisError, OSError) as exc:  # no bucket to check: refuse rather than not count
+    except (_redis_error(), OSError) as exc:  # no bucket to check: refuse, not miscount
         raise Unavailable("the request limiter cannot reach Redis") from exc
     if not decision.allowed:
         raise RateLimited(f"too many requests: the limit is {bucket.limit} {bucket.label} "

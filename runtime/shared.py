@@ -24,15 +24,16 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-import coredis
 import trio
-from coredis.exceptions import NoScriptError
 
 from runtime.config import ConfigError
 from runtime.errors import Unavailable, is_outage
+
+if TYPE_CHECKING:  # imported where Redis is used: a service without it never loads coredis
+    import coredis
 
 _SUBSCRIBER_BUFFER = 1024
 _SWEEP_SECONDS = 60.0
@@ -221,6 +222,8 @@ class RedisScript:
         reply, or the exception it met. Each call is atomic, the set is not. A pipeline is
         far cheaper per call than separate calls; a node that lost the script (a replica
         just promoted) gets it again and its calls are sent once more."""
+        from coredis.exceptions import NoScriptError
+
         replies: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
         client = self._access._client
@@ -288,12 +291,14 @@ class RedisAccess:
         """Append ``(id, fields)`` entries to ``stream`` in one round trip, trimmed to about
         ``max_length`` entries; id ``"*"`` lets Redis number the entry. An entry whose id is
         not above the stream's last (a repeated batch) is refused by Redis and skipped."""
+        from coredis import PureToken
+
         key = self.key(stream)
         async with self._client.pipeline(transaction=False, raise_on_error=False) as pipe:
             for identifier, fields in entries:
                 pipe.xadd(key, dict(fields), identifier=identifier,
-                          trim_strategy=coredis.PureToken.MAXLEN,
-                          trim_operator=coredis.PureToken.APPROXIMATELY, threshold=max_length)
+                          trim_strategy=PureToken.MAXLEN,
+                          trim_operator=PureToken.APPROXIMATELY, threshold=max_length)
 
     async def stream_read(self, positions: Mapping[str, str], *, count: int, block_ms: int
                           ) -> dict[str, list[StreamEntry]]:
@@ -373,11 +378,13 @@ class RedisSharedState:
 
     async def set(self, key: str, value: str, *, ttl: float | None = None,
                   only_if_absent: bool = False) -> bool:
+        from coredis import PureToken
+
         px = int(ttl * 1000) if ttl else None
         with _redis_outage_is_unavailable:
             result = await self._client.set(
                 self.key(key), value, px=px,
-                condition=coredis.PureToken.NX if only_if_absent else None)
+                condition=PureToken.NX if only_if_absent else None)
         return bool(result)
 
     async def delete(self, key: str) -> None:
@@ -447,12 +454,15 @@ async def open_shared_state(redis_url: str, prefix: str = "flowsvc:", *,
     :param timeout: the deadline of one Redis command's answer (``redis.timeout_seconds``);
         past it the command raises ``TimeoutError``, an outage (503 on a route).
     """
-    # Imported here: the cluster backend builds on this module's classes.
-    from runtime.shared_cluster import RedisClusterSharedState, redis_client
-
     if not redis_url:
         yield MemorySharedState()
         return
+    # Imported here: the cluster backend builds on this module's classes, and a service
+    # without Redis never loads coredis (about 0.25 s of a start).
+    import coredis
+
+    from runtime.shared_cluster import RedisClusterSharedState, redis_client
+
     client = redis_client(redis_url, connect_timeout=connect_timeout, timeout=timeout)
     async with client:
         if isinstance(client, coredis.RedisCluster):

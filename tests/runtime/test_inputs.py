@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from contextlib import nullcontext
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, get_args
 
@@ -16,8 +15,7 @@ from quart_schema.validation import QUART_SCHEMA_REQUEST_ATTRIBUTE
 from runtime.http import create_app
 from runtime.inputs import MAX_DEPTH, Body, check_visible
 from runtime.server import Running
-from tests.support.backends import DATABASES, postgres_schema
-from tests.support.background import in_background
+from tests.support.background import shared_service_fixture
 from tests.support.keys import create_key
 from tests.support.server import client, make_settings, running_server, settings_env
 from tests.support.wallet import sign_in
@@ -27,21 +25,10 @@ EVERY_PLUGIN = ["auth", "keys", "projects", "webhooks", "marketplace", "billing"
 ADDRESS = "0x" + "ab" * 20
 
 
-@pytest.fixture(scope="module", params=DATABASES)
-def running(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[Running]:
-    """One service per database backend for the module, served by a Trio run on a thread of
-    its own: these tests only send requests, as nobody or each as a new user (a fresh
-    wallet), so none depends on the rows of another, and a start each cost more than the
-    requests themselves."""
-    folder = tmp_path_factory.mktemp("inputs")
-    with postgres_schema() if request.param == "postgres" else \
-            nullcontext(f"sqlite:///{folder / 'flowsvc.db'}") as database_url:
-        env = settings_env(folder / "var", database_url=database_url, plugins=["auth", "keys"],
-                           extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
-                                  "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0"})
-        with in_background(lambda _: running_server(make_settings(env), env)) as served:
-            yield served
+# One service per database backend for the module: these tests only send requests, as
+# nobody or each as a new user (a fresh wallet), so none depends on the rows of another,
+# and a start each cost more than the requests themselves.
+running = shared_service_fixture(["auth", "keys"])
 
 
 @pytest.fixture

@@ -7,10 +7,16 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
-from typing import TypeVar
+from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, TypeVar
 
+import pytest
 import trio
+
+from runtime.server import Running
+from tests.support.backends import DATABASES, postgres_schema
+from tests.support.server import make_settings, running_server, settings_env
 
 T = TypeVar("T")
 
@@ -56,3 +62,33 @@ def in_background(opened: Callable[[Background], AbstractAsyncContextManager[T]]
     finally:
         background.call_soon(stop.set)
         thread.join(timeout=30)
+
+
+@contextmanager
+def shared_service(database: str, folder: Path, plugins: list[str]) -> Iterator[Running]:
+    """One service with ``plugins`` for the tests of a module, on ``database`` ("sqlite": a
+    file in ``folder``; "postgres": a fresh schema), served by a Trio run on a thread of its
+    own. For tests that only send requests, as nobody or each as a new user (a fresh
+    wallet), so none depends on another's rows: the callers' rate limits are off, since the
+    module's requests add up on one service."""
+    with postgres_schema() if database == "postgres" else \
+            nullcontext(f"sqlite:///{folder / 'flowsvc.db'}") as database_url:
+        env = settings_env(folder / "var", database_url=database_url, plugins=plugins,
+                           extra={"FLOWSVC_LIMITS_ANONYMOUS_RPM": "0",
+                                  "FLOWSVC_LIMITS_AUTHENTICATED_RPM": "0"})
+        with in_background(lambda _: running_server(make_settings(env), env)) as served:
+            yield served
+
+
+def shared_service_fixture(plugins: list[str]) -> Any:
+    """A module-scoped fixture: ``shared_service`` with ``plugins``, once per database
+    backend; a module assigns it to the name its tests take (``server = ...``)."""
+
+    @pytest.fixture(scope="module", params=DATABASES)
+    def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[Running]:
+        with shared_service(request.param, tmp_path_factory.mktemp("shared"), plugins
+                            ) as running:
+            yield running
+
+    return served

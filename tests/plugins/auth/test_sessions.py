@@ -11,11 +11,17 @@ import trio
 
 from runtime.server import Running
 from tests.support.auth import auth_server
+from tests.support.background import shared_service_fixture
 from tests.support.server import client
 from tests.support.wallet import new_wallet, sign, sign_in
 
 SECRET = "test-jwt-secret-" + "x" * 32  # tests.support.server.settings_env's
 THIRTY_DAYS = 30 * 24 * 3600
+
+
+# One auth service per database for the tests that take ``server`` (each signs in a new
+# wallet of its own and only talks HTTP, so none depends on another's rows).
+server = shared_service_fixture(["auth"])
 
 
 def _cookie(token: str) -> dict[str, str]:

@@ -13,10 +13,16 @@ from eth_utils.address import to_checksum_address
 
 from runtime.server import Running
 from tests.support.auth import auth_server
+from tests.support.background import shared_service_fixture
 from tests.support.server import client
 from tests.support.wallet import new_wallet, sign, sign_in
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+# One auth service per database for the tests that take ``server`` (each signs in a new
+# wallet of its own and only talks HTTP, so none depends on another's rows).
+server = shared_service_fixture(["auth"])
 
 
 def _error(response: httpx.Response) -> tuple[int, str]:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from runtime.server import Running
+from tests.support.background import shared_service_fixture
 from tests.support.server import client
 from tests.support.wallet import new_wallet, sign, sign_in
+
+# One auth service per database for the tests that take ``server`` (each signs in a new
+# wallet of its own and only talks HTTP, so none depends on another's rows).
+server = shared_service_fixture(["auth"])
 
 
 async def test_wallet_signs_in_and_logout_revokes(server: Running) -> None:
