@@ -29,7 +29,7 @@ from tests.support.server import (
     settings_env,
     tls_context,
 )
-from tests.support.sse import SseEvent
+from tests.support.sse import SseEvent, open_sse
 from tests.support.tokens import add_token
 from tests.support.wallet import sign_in
 
@@ -225,3 +225,25 @@ async def service_process(env: dict[str, str], port: int, log_path: Path
         if waiting.cancelled_caught:
             process.kill()
             await process.wait()
+
+
+async def crowd_follows_a_run(running: Running, http: httpx.AsyncClient, slug: str,
+                              readers: int) -> list[list[SseEvent]]:
+    """``readers`` subscribers of the project's stream, all connected before ``http`` starts
+    its run; what each received, up to ``done``."""
+    received: list[list[SseEvent]] = []
+    connected = trio.Semaphore(0)
+
+    async def reader() -> None:
+        async with open_sse(running.base_url, f"/projects/{slug}/stream") as stream:
+            assert stream.status == 200
+            connected.release()
+            received.append(await stream.until("done", timeout=120))
+
+    async with trio.open_nursery() as crowd:
+        for _ in range(readers):
+            crowd.start_soon(reader)
+        for _ in range(readers):
+            await connected.acquire()
+        assert (await http.post(f"/projects/{slug}/start")).status_code == 201
+    return received

@@ -16,6 +16,7 @@ from runtime.server import Running
 from tests.support.fake_openai import FakeOpenAI, Stall, StreamedTurn
 from tests.support.projects import (
     assert_well_formed,
+    crowd_follows_a_run,
     new_project,
     serve_projects,
     token_owner,
@@ -148,21 +149,7 @@ async def test_five_hundred_subscribers_receive_every_event_in_order(tmp_path: P
                               streams_per_client="500") as running, \
             token_owner(running, "crowd") as http:
         slug = (await new_project(http, "crowd"))["slug"]
-        received: list[list[SseEvent]] = []
-        connected = trio.Semaphore(0)
-
-        async def subscriber() -> None:
-            async with open_sse(running.base_url, f"/projects/{slug}/stream") as stream:
-                assert stream.status == 200
-                connected.release()
-                received.append(await stream.until("done", timeout=120))
-
-        async with trio.open_nursery() as crowd:
-            for _ in range(500):
-                crowd.start_soon(subscriber)
-            for _ in range(500):
-                await connected.acquire()
-            assert (await http.post(f"/projects/{slug}/start")).status_code == 201
+        received = await crowd_follows_a_run(running, http, slug, 500)
         assert len(received) == 500
         reference = received[0]
         assert_well_formed(reference)

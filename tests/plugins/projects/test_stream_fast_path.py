@@ -17,6 +17,7 @@ import trio
 from tests.support.fake_openai import FakeOpenAI, Gated, StreamedTurn
 from tests.support.projects import (
     assert_well_formed,
+    crowd_follows_a_run,
     eventually,
     new_project,
     sample,
@@ -54,21 +55,7 @@ async def test_many_caught_up_readers_get_every_event_once_in_order_from_the_bro
                               streams_per_client=str(READERS)) as running, \
             token_owner(running, "fast") as http:
         slug = (await new_project(http, "fast"))["slug"]
-        received: list[list[SseEvent]] = []
-        connected = trio.Semaphore(0)
-
-        async def reader() -> None:
-            async with open_sse(running.base_url, f"/projects/{slug}/stream") as stream:
-                assert stream.status == 200
-                connected.release()
-                received.append(await stream.until("done", timeout=120))
-
-        async with trio.open_nursery() as crowd:
-            for _ in range(READERS):
-                crowd.start_soon(reader)
-            for _ in range(READERS):
-                await connected.acquire()
-            assert (await http.post(f"/projects/{slug}/start")).status_code == 201
+        received = await crowd_follows_a_run(running, http, slug, READERS)
         reference = received[0]
         assert_well_formed(reference)
         assert ids(reference) == list(range(1, 2 + 2 * CALLS + 2 + 1))
