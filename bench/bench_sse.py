@@ -223,7 +223,9 @@ async def measure(base_url: str, servers: Sequence[RunningServer], path: str, co
         [sys.executable, "-m", "bench.bench_sse", "subscribers", base_url, path, str(share)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE) for share in shares if share]
     try:
-        with trio.fail_after(180):
+        # Connecting takes about a millisecond a subscriber on a quiet machine: ten times that
+        # and half a minute is wide, and a server that cannot take them misses the K sooner.
+        with trio.fail_after(30 + count / 100):
             for process in processes:
                 await _line(process)
         await trio.sleep(1.0)  # let every subscriber settle before the window opens
