@@ -118,9 +118,12 @@ class QueuedBytes:
     def over_budget(self, now: float) -> list[Subscription]:
         """The readers to cut off so the rest fit in the budget, once writes wait for room.
 
-        The candidates are the readers that have been writing, or waiting to write, for
-        ``GRACE_SECONDS``; the most bytes behind go first. Each is marked ``dropped`` and
-        returned once; a waiting one is woken (its task ends).
+        The readers writing or waiting to write are taken the most bytes behind first, and
+        cut off while the total is over the budget; the walk stops at the first one that
+        has not been writing, or waiting, for ``GRACE_SECONDS`` (a burst may end by
+        itself), so a reader is never cut while one further behind is part of the excess.
+        Each is marked ``dropped`` and returned once; a waiting one is woken (its task
+        ends).
         """
         if not self.waiting:
             return []
@@ -128,14 +131,10 @@ class QueuedBytes:
         wanting = {reader: size for reader, (size, _) in self.waiting.items()
                    if reader.dropped is None}
         excess = sum(holding.values()) + sum(wanting.values()) - self.budget
-        candidates = [reader for reader in holding if reader.writing_since is not None and
-                      now - reader.writing_since >= GRACE_SECONDS]
-        candidates += [reader for reader, (_, since) in self.waiting.items()
-                       if reader in wanting and now - since >= GRACE_SECONDS]
-        candidates.sort(key=Subscription.bytes_behind, reverse=True)
         victims = []
-        for reader in candidates:
-            if excess <= 0:
+        for reader in sorted(holding.keys() | wanting.keys(), key=Subscription.bytes_behind,
+                             reverse=True):
+            if excess <= 0 or now - self._busy_since(reader) < GRACE_SECONDS:
                 break
             reader.dropped = f"the process's readers hold {self.budget} bytes of writes"
             excess -= holding.get(reader, 0) + wanting.get(reader, 0)
@@ -143,6 +142,13 @@ class QueuedBytes:
         if any(reader in wanting for reader in victims):
             self._wake()
         return victims
+
+    def _busy_since(self, reader: Subscription) -> float:
+        """Since when ``reader`` has been waiting for room, or else writing (``inf``: a
+        write counted whose clock its owner has not started yet)."""
+        if reader in self.waiting:
+            return self.waiting[reader][1]
+        return reader.writing_since if reader.writing_since is not None else float("inf")
 
     def count_fast_path(self, written: int, left: list[str]) -> None:
         """Count what a ring's fast path did (``Ring.wake``'s answer)."""

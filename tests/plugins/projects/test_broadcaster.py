@@ -180,6 +180,27 @@ async def test_the_budget_holds_writes_back_and_cuts_the_most_behind() -> None:
     assert queued.total == 5000
 
 
+async def test_the_budget_never_cuts_a_reader_while_one_further_behind_is_young() -> None:
+    # Seen in CI: readers that had just begun stuck writes filled the budget, and a reader
+    # with three events to catch up on, waiting for room longer than them, was cut instead.
+    queued = QueuedBytes(budget=1000, registry=CollectorRegistry())
+    ring = ring_with(10, capacity=10)
+    behind, near_the_head = Subscription(ring, 0, 100, 15), Subscription(ring, 7, 100, 15)
+    await queued.acquire(behind, 1000)
+    now = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(queued.acquire, near_the_head, 100)
+        await trio.testing.wait_all_tasks_blocked()
+        behind.writing_since = now + GRACE_SECONDS  # its write began long after the wait
+        assert behind.bytes_behind() > near_the_head.bytes_behind()
+        assert queued.over_budget(now + 1.5 * GRACE_SECONDS) == []
+        assert near_the_head.dropped is None
+        # Once its write has lasted the grace too, the reader further behind is cut.
+        assert queued.over_budget(now + 2 * GRACE_SECONDS) == [behind]
+        queued.release(behind)
+    assert near_the_head.queued == 100 and near_the_head.dropped is None
+
+
 def job(run_id: str, priority: int, order: int) -> Job:
     template = builtin_templates()[0]
     request = RunRequest(owner_id=1, template=template, brief="b", workspace=Path("w"),
