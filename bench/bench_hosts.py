@@ -37,7 +37,7 @@ from typing import Any
 import trio
 
 from bench.bench_keys import _env
-from bench.bench_sse import Step, flowsvc_steps, largest_within, sse_plugin_env
+from bench.bench_sse import Step, counts_list, flowsvc_steps, largest_within, sse_plugin_env
 from bench.harness import (
     RunningServer,
     compare,
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parts", default="rps,sse", type=lambda text: text.split(","),
                         help="rps (requests per second), sse (subscribers held)")
     parser.add_argument("--counts", default="50,100,200,400,700,1000,1500,2000,3000",
-                        type=lambda text: [int(part) for part in text.split(",")],
+                        type=counts_list,
                         help="sse: subscriber counts K to measure, in increasing order")
     parser.add_argument("--seconds", type=float, default=5.0, help="sse: measured s per K")
     parser.add_argument("--rate", type=float, default=20.0, help="sse: events per second")

@@ -129,13 +129,24 @@ async def subscribe(base_url: str, path: str, connecting: trio.CapacityLimiter,
                     ) -> None:
     """Follow ``path`` until cancelled, recording the latency of every timed event."""
     host, port = base_url.removeprefix("http://").split(":")
-    async with connecting:
-        stream = await trio.open_tcp_stream(host, int(port))
-        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n"
-                              f"Accept: text/event-stream\r\n\r\n".encode())
-        buffer = b""
-        while b"\r\n\r\n" not in buffer:
-            buffer += await stream.receive_some(65536)
+    try:
+        async with connecting:
+            stream = await trio.open_tcp_stream(host, int(port))
+            await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n"
+                                  f"Accept: text/event-stream\r\n\r\n".encode())
+            buffer = b""
+            while b"\r\n\r\n" not in buffer:
+                data = await stream.receive_some(65536)
+                if not data:
+                    raise trio.BrokenResourceError("closed before the response head")
+                buffer += data
+    except (OSError, trio.BrokenResourceError) as exc:
+        # Refused, reset or closed while connecting (a server whose listen backlog is full
+        # resets what it cannot take): not served, a miss for this K rather than a crash.
+        print(f"stream not opened: {exc}", file=sys.stderr, flush=True)
+        record.cut_off = True
+        ready.release()
+        return
     async with stream:
         ready.release()
         if not buffer.startswith(b"HTTP/1.1 200"):
@@ -144,7 +155,10 @@ async def subscribe(base_url: str, path: str, connecting: trio.CapacityLimiter,
             record.cut_off = True
             return
         while True:
-            data = await stream.receive_some(262144)
+            try:
+                data = await stream.receive_some(262144)
+            except trio.BrokenResourceError:
+                data = b""
             if not data:
                 record.cut_off = True
                 return
@@ -288,7 +302,8 @@ async def baseline_steps(server: RunningServer, args: argparse.Namespace) -> lis
             return await measure(server.base_url, [server], "/sse", count, args.seconds,
                                  args.clients)
 
-    return await sweep("baseline", args.counts, args.budget_ms, publish)
+    return await sweep("baseline", args.baseline_counts or args.counts, args.budget_ms,
+                       publish)
 
 
 async def publish_forever(url: str, rate: float) -> None:
@@ -390,8 +405,9 @@ async def signed_in(http: httpx.AsyncClient) -> str:
 
 
 async def flowsvc_steps(base_url: str, servers: Sequence[RunningServer],
-                        args: argparse.Namespace, name: str) -> list[Step]:
-    """Sweep K (``args.counts``, ``args.seconds``, ``args.rate``, ``args.clients``,
+                        args: argparse.Namespace, name: str,
+                        counts: Sequence[int] | None = None) -> list[Step]:
+    """Sweep K (``counts``, else ``args.counts``; ``args.seconds``, ``args.rate``, ``args.clients``,
     ``args.budget_ms``) over a paced run of a new project of ``base_url``: a flowsvc server
     with :func:`sse_plugin_env`, or a balancer in front of ``servers``."""
     # The operator's client carries no session: a session cookie would win over the
@@ -420,7 +436,7 @@ async def flowsvc_steps(base_url: str, servers: Sequence[RunningServer],
             await http.post(f"/projects/{slug}/cancel")
             return step
 
-        return await sweep(name, args.counts, args.budget_ms, one_run)
+        return await sweep(name, counts or args.counts, args.budget_ms, one_run)
 
 
 @asynccontextmanager
@@ -487,7 +503,8 @@ async def run(args: argparse.Namespace) -> dict[str, list[Step]]:
         if name in args.servers:
             async with flowsvc_bench_server(redis_url=args.redis_url,
                                             workers=workers) as server:
-                results[name] = await flowsvc_steps(server.base_url, [server], args, name)
+                results[name] = await flowsvc_steps(server.base_url, [server], args, name,
+                                                    args.redis_counts)
     return results
 
 
@@ -522,6 +539,11 @@ def goal_rows(largest: dict[str, int], args: argparse.Namespace) -> list[dict[st
     return rows
 
 
+def counts_list(text: str) -> list[int]:
+    """Subscriber counts K, comma-separated."""
+    return [int(part) for part in text.split(",")]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["publish"]:
@@ -534,8 +556,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="SSE fan-out: flowsvc against a bare endpoint.")
     parser.add_argument("--counts",
                         default="100,300,600,1000,1500,2000,2500,3000,4000,5000,6000,8000",
-                        type=lambda text: [int(part) for part in text.split(",")],
+                        type=counts_list,
                         help="subscriber counts K to measure, in increasing order")
+    parser.add_argument("--baseline-counts", type=counts_list,
+                        help="the bare endpoint's counts K (default: --counts)")
+    parser.add_argument("--redis-counts", type=counts_list,
+                        help="the counts K of redis-1 and redis-2 (default: --counts)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per K")
     parser.add_argument("--rate", type=float, default=20.0, help="events published per second")
     parser.add_argument("--budget-ms", type=float, default=250.0, help="p99 budget")
