@@ -279,8 +279,17 @@ class _Connection:
                                    trio.current_time() + CLIENT_GONE_SECONDS)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        async with self._sending:
+        # The lock only keeps the writes of other tasks (``send_now``) out of this one; a free
+        # lock is taken without the scheduling round of ``async with`` (two of them a
+        # request: about 5 % of a small request's instructions, bench_pipeline).
+        try:
+            self._sending.acquire_nowait()
+        except trio.WouldBlock:
+            await self._sending.acquire()
+        try:
             await self._stream.send_all(data)
+        finally:
+            self._sending.release()
 
     async def send_soon(self, data: bytes) -> None:
         """``send_all`` without a checkpoint when the connection is free and the kernel takes
