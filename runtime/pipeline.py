@@ -66,6 +66,10 @@ class HookCalls:
             positions = None if taken == names else tuple(names.index(name) for name in taken)
             self._calls.append((implementation.function, positions))
 
+    def __bool__(self) -> bool:
+        """Whether the hook has implementations (a request skips the call when not)."""
+        return bool(self._calls)
+
     async def __call__(self, *arguments: Any) -> list[Any]:
         results = []
         for function, positions in self._calls:
@@ -194,7 +198,7 @@ class Pipeline:
                 context.principal = principal
                 break
         claimed = None
-        if context.principal is None:
+        if context.principal is None and self._claim_bucket:
             claimed = next((bucket for bucket in await self._claim_bucket(
                 service, current, context) if bucket is not None), None)
         await limits.check_request(service.shared, current.path, context.principal,

@@ -84,14 +84,18 @@ async def test_a_draining_process_hands_its_readers_over_and_finishes_its_run(
                 "disconnected, this process is shutting down; reconnect with Last-Event-ID"
             from_a = on_a_stream.events
             # New connections are still served while the balancer notices, each closed
-            # after its request.
-            ready = await on_a.get("/readyz")
-            assert ready.status_code == 503, ready.text
-            assert ready.json()["error"]["code"] == "draining", ready.text
-            assert ready.json()["status"] == "draining" and ready.headers["Retry-After"]
-            refused = await on_a.post(f"/projects/{later}/start")
-            assert refused.status_code == 503, refused.text
-            assert refused.json()["error"]["code"] == "draining", refused.text
+            # after its request. (``on_a``'s kept-alive connection is closed by the drain,
+            # maybe while a request is on its way: a client retries on a new connection.)
+            async with httpx.AsyncClient(base_url=url_a, timeout=30,
+                                         cookies=on_a.cookies) as new_on_a:
+                ready = await new_on_a.get("/readyz")
+                assert ready.status_code == 503, ready.text
+                assert ready.json()["error"]["code"] == "draining", ready.text
+                assert ready.json()["status"] == "draining" and ready.headers["Retry-After"]
+                assert ready.headers["Connection"] == "close"
+                refused = await new_on_a.post(f"/projects/{later}/start")
+                assert refused.status_code == 503, refused.text
+                assert refused.json()["error"]["code"] == "draining", refused.text
             assert process_a.returncode is None  # its run holds the drain
             async with open_sse(url_b, path, {"Last-Event-ID": str(from_a[-1].id)}) as on_b:
                 assert on_b.status == 200 and "last-event-id" not in on_b.headers
