@@ -5,7 +5,9 @@ Bearer``) that a wallet, an access code or ``use_session`` gives it. Answers com
 service's JSON (field names exactly as documented in docs/); errors raise the typed
 ``ApiError`` subclasses of ``flowsvc_client.errors``. A 429 is retried after its
 ``Retry-After`` (at most ``max_rate_retries`` times, each wait at most
-``max_retry_after`` seconds), since a refused request did nothing.
+``max_retry_after`` seconds), since a refused request did nothing. A request whose kept-alive
+connection the service closed as it was sent (a drain, an idle timeout) is sent once more on
+a new connection when that is safe: an idempotent method, or an ``Idempotency-Key`` header.
 """
 
 from __future__ import annotations
@@ -29,6 +31,19 @@ SESSION_COOKIE = "svc_session"
 URL_VARIABLE = "FLOW_API_URL"
 SESSION_VARIABLE = "FLOW_SESSION_TOKEN"
 API_KEY_VARIABLE = "FLOW_API_KEY"
+
+
+RESENDABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+"""Methods whose request may be sent twice (RFC 9110, section 9.2.2)."""
+_CLOSED_ON_THE_WAY = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+"""How a request fails on a connection closed under it: closed before any answer, reset."""
+
+
+def _resendable(method: str, headers: Mapping[str, str] | None) -> bool:
+    """Whether a request that may have reached the service can be sent again: an idempotent
+    method, or a write with ``Idempotency-Key`` (the service answers a repeat once)."""
+    return method.upper() in RESENDABLE_METHODS or \
+        any(name.lower() == "idempotency-key" for name in headers or ())
 
 
 def _retry_after_seconds(value: str | None) -> float:
@@ -121,15 +136,24 @@ class Client:
     def send(self, method: str, path: str, *, json: Any = None,
              params: Mapping[str, Any] | None = None,
              headers: Mapping[str, str] | None = None) -> httpx.Response:
-        """One request with the client's credential; 429 retried after ``Retry-After``.
+        """One request with the client's credential; 429 retried after ``Retry-After``, and a
+        request whose connection closed under it sent once more when ``_resendable``.
 
         :raises ApiError: (a subclass by status) for an error answer.
         :raises httpx.TransportError: the service could not be reached.
         """
         retries = 0
+        resent = False
         while True:
-            response = self._http.request(method, path, json=json, params=params,
-                                          headers=self._headers(headers))
+            try:
+                response = self._http.request(method, path, json=json, params=params,
+                                              headers=self._headers(headers))
+            except _CLOSED_ON_THE_WAY:
+                # httpx has dropped that connection: the next attempt takes another one.
+                if resent or not _resendable(method, headers):
+                    raise
+                resent = True
+                continue
             self._http.cookies.clear()  # the session travels as a bearer token only
             try:
                 _raise_for(response)
