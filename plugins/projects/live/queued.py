@@ -10,9 +10,10 @@ caught-up readers (the fast path, ``Ring.wake``) hold nothing: what the kernel d
 at once goes back to the reader's task, and counts from then on. A write that would take
 the process past its budget waits until others finish, and while some wait,
 :meth:`QueuedBytes.over_budget` picks readers that have been writing or waiting for
-``GRACE_SECONDS``, the most bytes behind first, for the hub to cut off by a reset of their
-connections, as the broadcaster cuts readers stuck past their lag or timeout. A reader cut
-off resumes with ``Last-Event-ID``.
+``GRACE_SECONDS``, the most bytes behind first (never one while a reader further behind is
+still within its grace), for the hub to cut off by a reset of their connections, as the
+broadcaster cuts readers stuck past their lag or timeout. A reader cut off resumes with
+``Last-Event-ID``.
 """
 
 from __future__ import annotations
