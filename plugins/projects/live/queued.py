@@ -84,7 +84,9 @@ class QueuedBytes:
 
     async def acquire(self, reader: Subscription, size: int) -> None:
         """Count a write of ``size`` bytes by ``reader``, once the budget has room for it
-        (at once when nothing else is being written, however large it is).
+        (at once when nothing else is being written, however large it is), and start the
+        write's clock (``reader.writing_since``: the broadcaster's write timeout, ``Ring.stuck``,
+        and the budget's grace count from there).
 
         :raises Lagged: the reader was cut off while it waited.
         """
@@ -100,10 +102,12 @@ class QueuedBytes:
             raise Lagged(reader.dropped)
         self.total += size
         reader.queued = size
+        reader.writing_since = trio.current_time()
         self.writing.add(reader)
 
     def release(self, reader: Subscription) -> None:
         """``reader``'s write is over (written, failed or abandoned); no-op without one."""
+        reader.writing_since = None
         if not reader.queued:
             return
         self.total -= reader.queued
@@ -145,11 +149,11 @@ class QueuedBytes:
         return victims
 
     def _busy_since(self, reader: Subscription) -> float:
-        """Since when ``reader`` has been waiting for room, or else writing (``inf``: a
-        write counted whose clock its owner has not started yet)."""
+        """Since when ``reader`` has been waiting for room, or else writing."""
         if reader in self.waiting:
             return self.waiting[reader][1]
-        return reader.writing_since if reader.writing_since is not None else float("inf")
+        assert reader.writing_since is not None  # from acquire to release
+        return reader.writing_since
 
     def count_fast_path(self, written: int, left: list[str]) -> None:
         """Count what a ring's fast path did (``Ring.wake``'s answer)."""

@@ -264,7 +264,8 @@ class Subscription:
         self.heartbeat_seconds = heartbeat_seconds
         self._replay_until = ring.last_seq
         self.writing_since: float | None = None
-        """When the reader's current write began; None between writes (its owner sets it)."""
+        """When the reader's current write began; None between writes (set by
+        ``QueuedBytes.acquire``, cleared by its ``release``)."""
         self.dropped: str | None = None
         """Why the reader was cut off (by its broadcaster, or the process's budget of queued
         bytes), once it has been."""

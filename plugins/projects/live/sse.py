@@ -141,8 +141,6 @@ async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
                     except Lagged as lagged:  # cut off while it waited: counted then
                         yield _disconnected(lagged)
                         return
-                    # The broadcaster watches how long each write takes (Ring.stuck).
-                    subscription.writing_since = trio.current_time()
                     try:
                         if writer is None:
                             yield piece
@@ -151,7 +149,6 @@ async def _frames(subscription: Subscription, pacing: Pacing, lost: str | None,
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         return  # the connection is gone (a direct write): nothing to resume
                     finally:
-                        subscription.writing_since = None
                         queued.release(subscription)
                     subscription.unsent -= len(piece)
                     if not head_sent:  # it went out with the first piece
@@ -201,13 +198,11 @@ async def _finish_chunk(subscription: Subscription, writer: DirectWriter,
         if subscription.connection is not None:
             subscription.connection.reset()
         return False
-    subscription.writing_since = trio.current_time()
     try:
         await writer.write_rest(rest)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return False
     finally:
-        subscription.writing_since = None
         queued.release(subscription)
     subscription.unsent = 0
     subscription.last_write = trio.current_time()
