@@ -291,7 +291,7 @@ class _Connection:
         finally:
             self._sending.release()
 
-    async def send_soon(self, data: bytes) -> None:
+    async def send_soon(self, data: bytes | memoryview) -> None:
         """``send_all`` without a checkpoint when the connection is free and the kernel takes
         all of ``data`` at once (the common case): no lock wait, no scheduling round.
 
@@ -325,7 +325,7 @@ class _Connection:
             return 0
         return self._write(data)
 
-    def _write(self, data: bytes) -> int:
+    def _write(self, data: bytes | memoryview) -> int:
         """One non-blocking ``os.write`` of ``data`` (the caller excludes other writes)."""
         descriptor = self.socket.fileno()
         if descriptor < 0:  # closed: the number may belong to another file by now

@@ -84,13 +84,8 @@ class DirectWriter:
         :raises trio.BrokenResourceError: the client is gone (or the connection was reset).
         :raises trio.ClosedResourceError: the connection is closed.
         """
-        if not data:
-            return
-        try:
-            await self._connection.send_soon(chunk(data))
-        except BaseException:
-            self._connection.reset()
-            raise
+        if data:
+            await self._send(chunk(data))
 
     def write_now(self, framed: bytes) -> int:
         """Write what the kernel takes at once of ``framed`` (a ``chunk``), without waiting.
@@ -113,8 +108,11 @@ class DirectWriter:
         :raises trio.BrokenResourceError: the client is gone (or the connection was reset).
         :raises trio.ClosedResourceError: the connection is closed.
         """
+        await self._send(rest)
+
+    async def _send(self, framed: bytes | memoryview) -> None:
         try:
-            await self._connection.send_all(rest)
+            await self._connection.send_soon(framed)
         except BaseException:
             self._connection.reset()
             raise
