@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.server import free_port
+from tests.support.server import claim_port, free_port
 
 PG_BIN = Path(sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]) \
     if Path("/usr/lib/postgresql").exists() else Path("/usr/bin")
@@ -162,15 +161,11 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 
 def _free_cluster_port() -> int:
-    """A free port whose cluster bus port (port + 10000) is free as well."""
+    """A free port whose cluster bus port (port + 10000) is free as well, neither handed out
+    before (so no two nodes of a cluster share a port or a node's bus port)."""
     while True:
         port = free_port()
-        if port + 10000 < 65536:
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("127.0.0.1", port + 10000))
-                except OSError:
-                    continue
+        if port + 10000 < 65536 and claim_port(port + 10000):
             return port
 
 
@@ -194,6 +189,7 @@ class PrivateRedisCluster:
         self._processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def _start_node(self, port: int) -> None:
+        assert port not in self._processes, f"a node already runs on port {port}"
         node_dir = self.folder / str(port)
         node_dir.mkdir(exist_ok=True)
         self._processes[port] = subprocess.Popen(

@@ -81,10 +81,36 @@ def client(running: Running, **kwargs: Any) -> httpx.AsyncClient:
                              **kwargs)
 
 
+# Every port ``free_port`` has handed out in this process. The kernel may give the same free
+# port to two draws in a row (nothing holds it between them), and a test that starts two
+# servers on the "two" ports would see one of them fail, or, for a Redis Cluster, lose a node.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
+    """A TCP port on 127.0.0.1, free a moment ago, never one this process was given before."""
     import socket
 
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+
+
+def claim_port(port: int) -> bool:
+    """Whether ``port`` on 127.0.0.1 is free now and was never handed out in this process;
+    if so, it is handed out (``free_port`` will not return it)."""
+    import socket
+
+    if port in _HANDED_OUT:
+        return False
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    _HANDED_OUT.add(port)
+    return True

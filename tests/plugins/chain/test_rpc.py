@@ -8,7 +8,6 @@ it), so they assert exact cooldowns; deadline tests run on the real clock with w
 from __future__ import annotations
 
 import math
-import socket
 import time
 from email.utils import formatdate
 
@@ -23,6 +22,7 @@ from plugins.chain.rpc import RpcPool
 from plugins.chain.rpc_errors import ChainIdMismatch, RpcUnavailable
 from plugins.chain.rpc_metrics import RpcMetrics
 from tests.plugins.chain.fake_node import Answer, FakeNode, make_pool, serving, soon
+from tests.support.server import free_port
 
 
 async def test_a_call_is_answered_by_the_first_url(client: httpx.AsyncClient) -> None:
@@ -110,9 +110,7 @@ async def test_cooldowns_back_off_exponentially_up_to_the_cap(
 
 async def test_a_transport_error_fails_over_and_messages_carry_no_secret(
         client: httpx.AsyncClient) -> None:
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
+    closed_port = free_port()  # nothing listens on it
     secret_url = f"http://user:hunter2@127.0.0.1:{closed_port}/v2/abcdefghijklmnop0123?key=s3cr3t"
     node = FakeNode(head=5)
     async with serving(node):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import trio
@@ -18,6 +17,7 @@ from plugins.projects.engine.model_backends import (
 from plugins.projects.engine.templates import builtin_templates
 from plugins.projects.engine.tools import builtin_tools
 from tests.support.fake_openai import FakeOpenAI, HttpFailure, RawReply, Reply, Stall, StreamedTurn
+from tests.support.server import free_port
 
 API_KEY = "sk-test-0123456789abcdef"
 CONVERSATION = [ConversationMessage("system", "You build things."),
@@ -115,9 +115,7 @@ async def test_a_stalled_endpoint_times_out(nursery: trio.Nursery) -> None:
 
 
 async def test_an_unreachable_endpoint_is_a_backend_error() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens on it
     backend = OpenAIChatBackend(f"http://127.0.0.1:{port}/v1", "m", API_KEY, timeout=2)
     with pytest.raises(ModelBackendError, match="ConnectError") as caught:
         await backend.next_turn(CONVERSATION, [])
