@@ -27,7 +27,7 @@ from tests.support.private_servers import frozen, private_postgres, private_redi
 from tests.support.server import make_settings, running_server, settings_env
 from tests.support.wallet import sign_in
 
-FREEZE_SECONDS = 20.0
+FREEZE_SECONDS = 12.0  # two database deadlines and more: each client is caught more than once
 MARGIN_SECONDS = 5.0  # on top of a deadline, for a loaded two-core machine
 RECOVERY_SECONDS = 30.0
 DATABASE_BOUND = DatabaseSettings().timeout_seconds + MARGIN_SECONDS
