@@ -71,6 +71,7 @@ class PrivateRedis:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        assert self._process is None, "this Redis runs already"
         self._process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.folder)],
