@@ -14,6 +14,10 @@ its behaviour at any time through these knobs:
   method ... does not exist/is not available", as free tiers refuse ``eth_getLogs``.
 - ``http_status`` (int or None): every HTTP request is answered with this status without
   asking the node: 429 (with ``Retry-After: 1``), 502, ...
+- ``logs_down_past`` (int or None): an HTTP request holding an ``eth_getLogs`` whose
+  ``toBlock`` is past this block (and whose range ``logs_range_limit`` lets through) is
+  answered 502 (the provider down from the moment the
+  indexer gets there: a test stops it mid-history without racing it).
 - ``stall_seconds``: each HTTP request is held this long before it is handled (set it past
   the client's deadline for a stalled provider).
 - ``head_lag``: ``eth_blockNumber`` and ``eth_getBlockByNumber("latest")`` answer as if the
@@ -68,6 +72,7 @@ class RpcProxy:
         self.logs_error_style = "alchemy"
         self.unsupported: set[str] = set()
         self.http_status: int | None = None
+        self.logs_down_past: int | None = None
         self.stall_seconds = 0.0
         self.head_lag = 0
         self.methods: Counter[str] = Counter()
@@ -130,7 +135,7 @@ class RpcProxy:
             return _plain(self.http_status)
         try:
             answers = [await self._answer(item) for item in items]
-        except httpx.HTTPError:
+        except (httpx.HTTPError, _Down):
             return _plain(HTTPStatus.BAD_GATEWAY)
         reply = answers if isinstance(request, list) else answers[0]
         return 200, [("content-type", "application/json")], json.dumps(reply).encode()
@@ -144,6 +149,10 @@ class RpcProxy:
             error = await self._logs_error(params[0], self.logs_range_limit)
             if error is not None:
                 return {"jsonrpc": "2.0", "id": item.get("id"), "error": error}
+        if method == "eth_getLogs" and self.logs_down_past is not None \
+                and "blockHash" not in params[0] \
+                and await self._number(params[0].get("toBlock", "latest")) > self.logs_down_past:
+            raise _Down
         if self.head_lag and method == "eth_blockNumber":
             return {"jsonrpc": "2.0", "id": item.get("id"), "result": hex(await self._lagged())}
         if self.head_lag and method == "eth_getBlockByNumber" and params[0] == "latest":
@@ -179,6 +188,10 @@ class RpcProxy:
         response.raise_for_status()
         answer: JsonObject = response.json()
         return answer
+
+
+class _Down(Exception):
+    """The provider is down for this request (``logs_down_past``): answered 502."""
 
 
 def _plain(status: int) -> tuple[int, list[tuple[str, str]], bytes]:
