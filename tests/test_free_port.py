@@ -10,4 +10,3 @@ def test_free_port_never_hands_out_a_port_twice() -> None:
 
     assert len(set(ports)) == len(ports)
     assert not any(claim_port(port) for port in ports)
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -89,8 +90,6 @@ _HANDED_OUT: set[int] = set()
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1, free a moment ago, never one this process was given before."""
-    import socket
-
     while True:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -103,8 +102,6 @@ def free_port() -> int:
 def claim_port(port: int) -> bool:
     """Whether ``port`` on 127.0.0.1 is free now and was never handed out in this process;
     if so, it is handed out (``free_port`` will not return it)."""
-    import socket
-
     if port in _HANDED_OUT:
         return False
     with socket.socket() as sock:

@@ -16,8 +16,8 @@ its behaviour at any time through these knobs:
   asking the node: 429 (with ``Retry-After: 1``), 502, ...
 - ``logs_down_past`` (int or None): an HTTP request holding an ``eth_getLogs`` whose
   ``toBlock`` is past this block (and whose range ``logs_range_limit`` lets through) is
-  answered 502 (the provider down from the moment the
-  indexer gets there: a test stops it mid-history without racing it).
+  answered 502: the provider down from the moment the indexer gets there, so that a test
+  stops it mid-history without racing it.
 - ``stall_seconds``: each HTTP request is held this long before it is handled (set it past
   the client's deadline for a stalled provider).
 - ``head_lag``: ``eth_blockNumber`` and ``eth_getBlockByNumber("latest")`` answer as if the
